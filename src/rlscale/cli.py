@@ -1,0 +1,183 @@
+"""The `rlscale` command: parse arguments, build a config, call one run function."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="rlscale: RLVR for language models and AlphaZero-style self-play.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+rlvr_app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).",
+                       no_args_is_help=True)
+app.add_typer(rlvr_app, name="rlvr")
+
+PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from .config import ConfigError
+    from .rlvr.model import ModelLoadError
+    from .rlvr.tasks import UnknownTaskError
+
+    return (ConfigError, ModelLoadError, UnknownTaskError, FileExistsError, FileNotFoundError,
+            ValueError)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def run_guarded(fn, *args, **kwargs):
+    """Run `fn`; a user error becomes one line on stderr and exit status 2, not a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except _user_errors() as exc:
+        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def _threads() -> None:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    # Our own progress bar and messages are the output; transformers' per-load bars are noise.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(os.cpu_count() or 1)
+
+
+@app.command()
+def quickstart(out: Annotated[Path, typer.Option(help="where everything is written")] = Path(
+        "runs/quickstart")) -> None:
+    """Build a tiny model, SFT it, measure, improve it with GRPO, measure again."""
+    from .rlvr.quickstart import run_quickstart
+
+    _threads()
+    run_guarded(run_quickstart, out)
+
+
+@app.command("sft")
+def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argument(
+        help="dotted overrides, e.g. steps=500 data.wrong_share=0.2")] = None) -> None:
+    """Supervised fine-tuning on task demonstrations (the base model for RL)."""
+    from .config import load_config
+    from .rlvr.config import SFTConfig
+    from .rlvr.distill import sft
+
+    def go():
+        cfg = load_config(SFTConfig, config, overrides or [])
+        path = sft(cfg)
+        typer.echo(f"model written to {path}")
+
+    _threads()
+    run_guarded(go)
+
+
+@rlvr_app.command("init-model")
+def init_model_command(out: Annotated[Path, typer.Option(help="output folder")],
+                       preset: Annotated[str, typer.Option(help="tiny | small")] = "tiny",
+                       seed: int = 0) -> None:
+    """Build a freshly initialised model from a preset and save it as a HF folder."""
+    from .rlvr.model import init_model
+
+    _threads()
+    path = run_guarded(init_model, preset, out, seed)
+    typer.echo(f"model written to {path}")
+
+
+@rlvr_app.command("train")
+def train_command(
+    config: Path,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="dotted overrides, e.g. objective=dapo train.lr=1e-4")] = None,
+    resume: Annotated[bool, typer.Option(help="continue from the last checkpoint")] = False,
+) -> None:
+    """Train with a GRPO-family objective; see the README's config reference."""
+    from .config import load_config
+    from .rlvr.config import RLVRConfig
+    from .rlvr.loop import train
+
+    def go():
+        cfg = load_config(RLVRConfig, config, overrides or [])
+        path = train(cfg, resume=resume)
+        typer.echo(f"final model written to {path}")
+
+    _threads()
+    run_guarded(go)
+
+
+@rlvr_app.command("eval")
+def eval_command(
+    model: Annotated[Path, typer.Option(help="local HF model folder")],
+    task: Annotated[str, typer.Option(help="task name, e.g. arithmetic")],
+    split: str = "test",
+    seed: int = 0,
+    prompts: Annotated[int, typer.Option(help="held-out prompts to evaluate")] = 500,
+    samples: Annotated[int, typer.Option(help="samples per prompt (n)")] = 0,
+    k: Annotated[str, typer.Option(help="comma-separated k for pass@k")] = "1",
+    max_new_tokens: int = 8,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    chat_template: bool = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    plot: Annotated[Path | None, typer.Option(help="also write a pass@k plot here (PNG)")] = None,
+) -> None:
+    """Unbiased pass@k on held-out prompts."""
+    from .rlvr.evaluate import evaluate
+    from .rlvr.model import load_model
+    from .rlvr.tasks import make_task
+
+    def go():
+        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        if not ks or min(ks) < 1:
+            raise ValueError(f"--k needs positive integers, got '{k}'")
+        n = samples or max(ks)
+        task_obj = make_task(task)
+        lm, tokenizer = load_model(model)
+        result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
+                          samples=n, ks=ks, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, chat_template=chat_template)
+        if plot is not None:
+            from .rlvr.plots import plot_pass_at_k
+
+            plot_pass_at_k({str(model): result.pass_at}, plot)
+        if as_json:
+            typer.echo(json.dumps({**{f"pass@{kk}": v for kk, v in result.pass_at.items()},
+                                   "n": result.n, "samples": result.samples,
+                                   "mean_length": result.mean_length}))
+        else:
+            for kk, v in result.pass_at.items():
+                typer.echo(f"pass@{kk}: {v:.4f}")
+            typer.echo(f"prompts: {result.n}  samples/prompt: {result.samples}  "
+                       f"mean length: {result.mean_length:.2f}  ({result.seconds:.1f}s)")
+
+    _threads()
+    run_guarded(go)
+
+
+def _mount_zero() -> None:
+    try:
+        from .zero.commands import app as zero_app
+    except ImportError as exc:  # the zero loop is optional at import time only in development
+        if "rlscale.zero.commands" not in str(exc):
+            raise
+        return
+    app.add_typer(zero_app, name="zero")
+
+
+_mount_zero()
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Typed configs: pydantic models, YAML files and dotted command-line overrides.
+
+Every config model derives from `StrictModel`, so an unknown or ill-typed field is an error
+that names the field, never a silently ignored typo.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is one line naming the problem."""
+
+
+class StrictModel(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+
+
+M = TypeVar("M", bound=StrictModel)
+
+
+def _parse_value(text: str) -> Any:
+    # YAML's scalar rules give the natural reading of `lr=1e-4`, `flag=true`, `k=[1,2]`.
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b.c=value` overrides to a nested dict (in place) and return it."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value")
+        key, _, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"override '{item}' has an empty key")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '{item}': '{part}' is not a section")
+            node = child
+        node[parts[-1]] = _parse_value(raw)
+    return data
+
+
+def _format_error(err: pydantic.ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown field '{loc}'"
+    elif not first["loc"]:
+        msg = first["msg"].removeprefix("Value error, ")
+    else:
+        msg = f"field '{loc}': {first['msg']} (got {first.get('input')!r})"
+    more = len(err.errors()) - 1
+    return f"{source}: {msg}" + (f" (+{more} more)" if more else "")
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise ConfigError(f"{path}: invalid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def build_config(model_cls: type[M], data: dict[str, Any], source: str = "config") -> M:
+    try:
+        return model_cls.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_config(
+    model_cls: type[M], path: str | Path | None, overrides: list[str] | None = None
+) -> M:
+    """Read YAML (if a path is given), apply dotted overrides, validate strictly."""
+    data = read_yaml(path) if path is not None else {}
+    apply_overrides(data, list(overrides or []))
+    return build_config(model_cls, data, str(path) if path is not None else "config")
+
+
+def config_to_dict(cfg: StrictModel) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")
+
+
+def dump_config(cfg: StrictModel, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))

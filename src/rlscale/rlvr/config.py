@@ -1,0 +1,160 @@
+"""The typed config of `rlscale rlvr train` and `rlscale sft`, read top to bottom.
+
+Every field is documented here; the README's config reference is generated from these
+docstrings' content. Unknown or ill-typed fields are errors (see rlscale.config).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ..config import StrictModel
+
+
+class ModelConfig(StrictModel):
+    path: str = Field(description="local Hugging Face model folder (config.json, weights, tokenizer)")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
+
+
+class TaskConfig(StrictModel):
+    name: str = "arithmetic"
+    options: dict[str, Any] = Field(default_factory=dict, description="task constructor options")
+    verifier_timeout_s: float = Field(2.0, gt=0, description="a slower verifier scores 0")
+
+
+class RolloutConfig(StrictModel):
+    prompts_per_step: int = Field(32, ge=1)
+    group_size: int = Field(8, ge=2, description="completions per prompt (G)")
+    max_new_tokens: int = Field(8, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_extra_draws: int = Field(
+        4, ge=0, description="dynamic sampling: extra prompt batches drawn per step at most")
+
+
+class LossConfig(StrictModel):
+    """The objective: a preset (rlscale.rlvr.objectives.PRESETS) and overrides of its fields.
+
+    A field left at None takes the preset's value; config.yaml of a run shows them resolved.
+    """
+
+    advantage_std_normalize: bool | None = None
+    advantage_leave_one_out: bool | None = None
+    ratio_level: Literal["token", "sequence", "sequence_mean"] | None = None
+    clip_low: float | None = Field(None, ge=0)
+    clip_high: float | None = Field(None, ge=0)
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                         "seq-mean-token-sum-norm"] | None = None
+    norm_length: int | None = Field(None, ge=1, description="None: rollout.max_new_tokens")
+    kl_coef: float | None = Field(None, ge=0, description="beta, KL to the frozen reference")
+    kl_kind: Literal["k1", "k2", "k3"] | None = None
+    dynamic_sampling: bool | None = None
+    overlong_penalty: bool | None = None
+    overlong_buffer_frac: float | None = Field(None, gt=0, le=1)
+    is_correction: Literal["none", "tis", "mis"] | None = None
+    is_threshold: float | None = Field(None, gt=1)
+    # Refinements that no preset sets (issue 3): defaults are "off".
+    length_penalty_per_token: float | None = Field(None, ge=0)
+    adaptive_length_penalty: float | None = Field(None, ge=0)
+    entropy_top_rho: float | None = Field(None, gt=0, le=1)
+
+
+LOSS_DEFAULTS: dict[str, Any] = {
+    "is_correction": "none", "is_threshold": 2.0, "length_penalty_per_token": 0.0,
+    "adaptive_length_penalty": 0.0, "entropy_top_rho": 1.0, "norm_length": None,
+}
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(100, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    minibatches: int = Field(1, ge=1, description="optimiser updates per step per epoch")
+    epochs: int = Field(1, ge=1, description="passes over each collected batch")
+    micro_batch_size: int = Field(0, ge=0, description="memory limit only; 0 = whole minibatch")
+    seed: int = 0
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = all cores")
+    post_update_stats: bool = Field(
+        True, description="an extra forward after each step: KL(new||old), where the update landed")
+
+
+class EvalConfig(StrictModel):
+    every: int = Field(0, ge=0, description="held-out eval every N steps; 0 = never during training")
+    prompts: int = Field(200, ge=1)
+    samples: int = Field(1, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    seed: int = 0
+
+
+class CheckpointConfig(StrictModel):
+    every: int = Field(25, ge=0, description="checkpoint every N steps; 0 = only final")
+    keep: int = Field(2, ge=1)
+
+
+class RLVRConfig(StrictModel):
+    run_dir: str = "runs/rlvr"
+    model: ModelConfig
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    objective: str = Field("grpo", description="a preset name from objectives.PRESETS")
+    loss: LossConfig = Field(default_factory=LossConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tensorboard: bool = True
+    progress: bool = True
+
+    @model_validator(mode="after")
+    def _known_objective(self) -> RLVRConfig:
+        from .objectives import PRESETS
+
+        if self.objective not in PRESETS:
+            raise ValueError(f"unknown objective '{self.objective}' (known: {', '.join(PRESETS)})")
+        return self
+
+    def resolved_loss(self) -> dict[str, Any]:
+        from .objectives import PRESETS
+
+        merged = {**LOSS_DEFAULTS, **PRESETS[self.objective]}
+        merged.update({k: v for k, v in self.loss.model_dump().items() if v is not None})
+        if merged.get("norm_length") is None:
+            merged["norm_length"] = self.rollout.max_new_tokens
+        return merged
+
+
+class SFTDataConfig(StrictModel):
+    examples: int = Field(20000, ge=1, description="demonstrations drawn from the train split")
+    wrong_share: float = Field(0.0, ge=0, le=1, description="share of demonstrations corrupted")
+    seed: int = 0
+
+
+class SFTConfig(StrictModel):
+    """`rlscale sft`: supervised fine-tuning on task demonstrations (completion tokens only)."""
+
+    out: str = "runs/sft/model"
+    run_dir: str = "runs/sft"
+    model: ModelConfig | None = None
+    init_preset: str | None = Field(
+        None, description="start from a freshly built preset (e.g. tiny) instead of model.path")
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(128, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    seed: int = 0
+    threads: int = Field(0, ge=0)
+    tensorboard: bool = True
+    progress: bool = True
+
+    @model_validator(mode="after")
+    def _one_start(self) -> SFTConfig:
+        if (self.model is None) == (self.init_preset is None):
+            raise ValueError("give exactly one of model.path or init_preset")
+        return self

@@ -1,0 +1,103 @@
+"""Supervised fine-tuning on task demonstrations: the starting point for RL.
+
+The loss is the mean negative log-likelihood of completion tokens (the prompt is context,
+not a target). `data.wrong_share` of the demonstrations are deliberately corrupted with the
+task's own `corrupt` (a wrong digit, a broken format), so the base model puts real
+probability on wrong answers and RL has measurable headroom to remove it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from ..config import dump_config
+from ..runtime import checkpoint as ckpt
+from ..runtime.metrics import MetricsLogger, StepProgress
+from .config import SFTConfig
+from .model import PromptFormatter, build_tiny_model, load_model, save_model
+from .tasks import make_task
+
+
+def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
+    task = make_task(cfg.task.name, **cfg.task.options)
+    if cfg.data.wrong_share > 0 and not hasattr(task, "corrupt"):
+        raise ValueError(f"task '{task.name}' cannot make wrong demonstrations (no corrupt())")
+    fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False)
+    rng = random.Random(f"sft:{cfg.data.seed}")
+    pairs = []
+    for _ in range(cfg.data.examples):
+        ex = task.sample("train", rng)
+        wrong = rng.random() < cfg.data.wrong_share
+        text = task.corrupt(ex, rng) if wrong else task.demonstration(ex, rng)
+        prompt = tokenizer(fmt(ex.prompt), add_special_tokens=False)["input_ids"]
+        completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        pairs.append((prompt, completion))
+    return pairs
+
+
+def collate(pairs: list[tuple[list[int], list[int]]], pad_id: int):
+    width = max(len(p) + len(c) for p, c in pairs)
+    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (p, c) in enumerate(pairs):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attention[i, : len(seq)] = 1
+        labels[i, len(p): len(seq)] = torch.tensor(c)
+    return ids, attention, labels
+
+
+def sft(cfg: SFTConfig) -> Path:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.init_preset is not None:
+        model, tokenizer = build_tiny_model(cfg.init_preset, seed=cfg.seed)
+    else:
+        model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, run_dir / "config.yaml")
+    pairs = build_demonstrations(cfg, tokenizer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  betas=(0.9, 0.98))
+
+    def schedule(step: int) -> float:  # linear warmup, cosine decay to 10%
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard)
+    progress = StepProgress(cfg.steps, f"sft {cfg.task.name}", enabled=cfg.progress,
+                            fields=("loss", "tok/s"))
+    rng = random.Random(cfg.seed)
+    model.train()
+    try:
+        for step in range(1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            ids, attention, labels = collate(rng.sample(pairs, min(cfg.batch_size, len(pairs))),
+                                             tokenizer.pad_token_id)
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            tokens = int((labels != -100).sum())
+            row = logger.log(step, {"sft/loss": float(loss.detach()), "sft/lr": scheduler.get_last_lr()[0],
+                                    "throughput/tokens_per_s": tokens / (time.perf_counter() - t0)})
+            progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
+    finally:
+        progress.close()
+        logger.close()
+    out = Path(cfg.out)
+    with ckpt.atomic_dir(out) as tmp:
+        save_model(model, tokenizer, tmp)
+    return out

@@ -1,0 +1,73 @@
+"""Held-out evaluation: unbiased pass@k from n samples per prompt."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .model import PromptFormatter
+from .rewards import score_completions
+from .rollout.sampler import SamplingParams, decode_completions, generate
+from .tasks import Task, examples
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """`1 - C(n-c, k) / C(n, k)`: the chance that k of the n samples include a correct one."""
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    # The product form avoids huge binomials: C(n-c,k)/C(n,k) = prod_{i=n-c+1}^{n} (1 - k/i).
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+@dataclass
+class EvalResult:
+    pass_at: dict[int, float]
+    n: int                  # prompts evaluated
+    samples: int            # samples per prompt
+    mean_length: float      # completion tokens, EOS included
+    seconds: float
+    per_prompt_correct: list[int]
+
+    def as_dict(self) -> dict[str, float]:
+        out: dict[str, float] = {f"pass@{k}": v for k, v in self.pass_at.items()}
+        out.update(n=self.n, samples=self.samples, mean_length=self.mean_length,
+                   seconds=self.seconds)
+        return out
+
+
+def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0,
+             prompts: int = 500, samples: int = 1, ks: tuple[int, ...] = (1,),
+             max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
+             chat_template: bool = False, batch_size: int = 512) -> EvalResult:
+    if max(ks) > samples:
+        raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per prompt, got {samples}")
+    start = time.perf_counter()
+    model.eval()
+    fmt = PromptFormatter(tokenizer, chat_template)
+    items = examples(task, split, seed, prompts)
+    expanded = [ex for ex in items for _ in range(samples)]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    generator = torch.Generator().manual_seed(seed)
+    rewards: list[float] = []
+    total_length = 0
+    for lo in range(0, len(expanded), batch_size):
+        chunk = expanded[lo: lo + batch_size]
+        ids = [tokenizer(fmt(ex.prompt), add_special_tokens=False)["input_ids"] for ex in chunk]
+        rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id, generator=generator)
+        scored = score_completions(task, decode_completions(tokenizer, rollout), chunk)
+        rewards.extend(scored.rewards)
+        total_length += int(rollout.lengths.sum())
+    correct = [sum(r > 0.5 for r in rewards[i * samples:(i + 1) * samples])
+               for i in range(len(items))]
+    pass_at = {k: sum(pass_at_k(samples, c, k) for c in correct) / len(items) for k in ks}
+    return EvalResult(pass_at=pass_at, n=len(items), samples=samples,
+                      mean_length=total_length / max(len(expanded), 1),
+                      seconds=time.perf_counter() - start, per_prompt_correct=correct)

@@ -1,0 +1,332 @@
+"""The RLVR loop: collect -> reward -> advantages -> update -> log -> eval -> checkpoint.
+
+The sampler and the trainer meet only through a queue of versioned rollouts. In this
+synchronous mode the sampler shares the trainer's model object, so every rollout is exactly
+on-policy; an asynchronous fleet replaces `RolloutWorker` and the queue without touching
+the learner side.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import dump_config
+from ..runtime import checkpoint as ckpt
+from ..runtime.metrics import MetricsLogger, StepProgress
+from ..runtime.versions import staleness
+from . import objectives, shaping
+from .config import RLVRConfig
+from .evaluate import evaluate
+from .model import PromptFormatter, load_model, save_model
+from .rewards import score_completions
+from .rollout.sampler import Rollout, SamplingParams, decode_completions, generate
+from .tasks import Example, Task, make_task
+from .trainer import PolicyTrainer, build_policy_batch
+
+
+@dataclass
+class RolloutGroup:
+    """`len(examples)` prompts x G completions, with rewards: the unit the queue carries."""
+
+    examples: list[Example]            # one per prompt
+    rollout: Rollout                   # B = prompts x G rows, groups consecutive
+    texts: list[str]
+    rewards: torch.Tensor              # [B] verifier rewards
+    verifier_errors: int = 0
+    verifier_timeouts: int = 0
+    first_error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def step_seed(seed: int, step: int, salt: str) -> int:
+    """A per-step seed: a resumed run draws the same prompts and samples as an unbroken one."""
+    return random.Random(f"{seed}:{step}:{salt}").getrandbits(63)
+
+
+class RolloutWorker:
+    """The sampler side: draws prompts, generates G completions each, scores them."""
+
+    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig) -> None:
+        self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.format = PromptFormatter(tokenizer, cfg.model.chat_template)
+        r = cfg.rollout
+        self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
+
+    def collect(self, step: int, draw: int, policy_version: int) -> RolloutGroup:
+        cfg = self.cfg
+        rng = random.Random(step_seed(cfg.train.seed, step, f"prompts:{draw}"))
+        prompts = [self.task.sample("train", rng) for _ in range(cfg.rollout.prompts_per_step)]
+        rows = [ex for ex in prompts for _ in range(cfg.rollout.group_size)]
+        ids = [self.tokenizer(self.format(ex.prompt), add_special_tokens=False)["input_ids"]
+               for ex in rows]
+        generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
+        self.model.eval()
+        rollout = generate(self.model, ids, self.params, eos_token_id=self.tokenizer.eos_token_id,
+                           pad_token_id=self.tokenizer.pad_token_id, generator=generator,
+                           policy_version=policy_version)
+        texts = decode_completions(self.tokenizer, rollout)
+        scored = score_completions(self.task, texts, rows, cfg.task.verifier_timeout_s)
+        return RolloutGroup(prompts, rollout, texts, torch.tensor(scored.rewards),
+                            scored.errors, scored.timeouts, scored.first_error)
+
+
+def concat_groups(parts: list[RolloutGroup], pad_token_id: int) -> RolloutGroup:
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p.rollout.completion_ids.shape[1] for p in parts)
+
+    def pad(t: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+    r0 = parts[0].rollout
+    rollout = Rollout(
+        prompt_ids=[p for g in parts for p in g.rollout.prompt_ids],
+        completion_ids=torch.cat([pad(g.rollout.completion_ids, pad_token_id) for g in parts]),
+        sampler_logprobs=torch.cat([pad(g.rollout.sampler_logprobs, 0.0) for g in parts]),
+        mask=torch.cat([pad(g.rollout.mask, 0.0) for g in parts]),
+        lengths=torch.cat([g.rollout.lengths for g in parts]),
+        finish_reasons=[f for g in parts for f in g.rollout.finish_reasons],
+        policy_version=r0.policy_version)
+    return RolloutGroup(
+        examples=[e for g in parts for e in g.examples], rollout=rollout,
+        texts=[t for g in parts for t in g.texts], rewards=torch.cat([g.rewards for g in parts]),
+        verifier_errors=sum(g.verifier_errors for g in parts),
+        verifier_timeouts=sum(g.verifier_timeouts for g in parts),
+        first_error=next((g.first_error for g in parts if g.first_error), None))
+
+
+def select_groups(group: RolloutGroup, keep: torch.Tensor, size: int) -> RolloutGroup:
+    """Keep the prompts where `keep` [num_prompts] is True (their G rows each)."""
+    prompts = keep.nonzero().squeeze(-1)
+    rows = (prompts[:, None] * size + torch.arange(size)).reshape(-1)
+    r = group.rollout
+    width = max(int(r.lengths[rows].max()), 1) if len(rows) else 1
+    rollout = Rollout([r.prompt_ids[i] for i in rows.tolist()], r.completion_ids[rows, :width],
+                      r.sampler_logprobs[rows, :width], r.mask[rows, :width], r.lengths[rows],
+                      [r.finish_reasons[i] for i in rows.tolist()], r.policy_version)
+    return RolloutGroup([group.examples[i] for i in prompts.tolist()], rollout,
+                        [group.texts[i] for i in rows.tolist()], group.rewards[rows],
+                        group.verifier_errors, group.verifier_timeouts, group.first_error)
+
+
+def shaped_rewards(group: RolloutGroup, loss: dict[str, Any], cfg: RLVRConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """Verifier reward plus the configured length shaping terms, and their statistics."""
+    lengths = group.rollout.lengths.float()
+    rewards = group.rewards.clone()
+    size = cfg.rollout.group_size
+    stats: dict[str, float] = {}
+    if loss["length_penalty_per_token"] > 0:
+        rewards += shaping.constant_length_penalty(lengths, loss["length_penalty_per_token"])
+    if loss["overlong_penalty"]:
+        max_len = cfg.rollout.max_new_tokens
+        buffer = max(1, int(round(loss["overlong_buffer_frac"] * max_len)))
+        penalty = shaping.soft_overlong_penalty(lengths, max_len, buffer)
+        rewards += penalty
+        stats["length/overlong_penalty_mean"] = float(penalty.mean())
+    if loss["adaptive_length_penalty"] > 0:
+        penalty = shaping.adaptive_length_penalty(group.rewards, lengths, size,
+                                                  strength=loss["adaptive_length_penalty"])
+        rewards += penalty
+        stats["length/adaptive_penalty_mean"] = float(penalty.mean())
+    success = group.rewards.view(-1, size).gt(0.5).float().mean(1)
+    correct_len = lengths.view(-1, size)
+    for bucket in ("easy", "medium", "hard"):
+        chosen = [i for i, b in enumerate(shaping.difficulty_buckets(success.tolist())) if b == bucket]
+        if chosen:
+            stats[f"length/{bucket}_mean"] = float(correct_len[chosen].mean())
+            stats[f"length/{bucket}_share"] = len(chosen) / len(success)
+    return rewards, stats
+
+
+class RLVRRun:
+    """One training run in `cfg.run_dir`, fresh or resumed from its last checkpoint."""
+
+    def __init__(self, cfg: RLVRConfig, *, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        if not resume and ckpt.latest_checkpoint(self.run_dir) is not None:
+            raise FileExistsError(f"run directory {self.run_dir} already has checkpoints; "
+                                  "pass --resume or choose another run_dir")
+        self.loss = cfg.resolved_loss()
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        self.task = make_task(cfg.task.name, **cfg.task.options)
+        self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
+        self.reference = None
+        if self.loss["kl_coef"] > 0:
+            self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
+            self.reference.eval().requires_grad_(False)
+        t = cfg.train
+        self.trainer = PolicyTrainer(
+            self.model, self.reference, self.loss, lr=t.lr, weight_decay=t.weight_decay,
+            warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
+            epochs=t.epochs, micro_batch_size=t.micro_batch_size,
+            temperature=cfg.rollout.temperature)
+        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg)
+        self.rollouts: queue.Queue[RolloutGroup] = queue.Queue(maxsize=1)
+        self.step = 0
+        self.last_eval: dict[str, float] = {}
+        self.start_step = 0
+        if resume:
+            self._restore()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = cfg.model_copy(deep=True)
+        dump_config(resolved, self.run_dir / "config.yaml")
+        (self.run_dir / "loss.yaml").write_text(
+            "\n".join(f"{k}: {v}" for k, v in self.loss.items()) + "\n")
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def _restore(self) -> None:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        if latest is None:
+            return  # nothing saved yet: --resume on a fresh directory starts from step 0
+        model, _ = load_model(latest, self.cfg.model.dtype)
+        self.model.load_state_dict(model.state_dict())
+        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        self.trainer.optimizer.load_state_dict(state["optimizer"])
+        self.trainer.scheduler.load_state_dict(state["scheduler"])
+        self.trainer.version = state["version"]
+        self.step = self.start_step = state["step"]
+        self.last_eval = state.get("last_eval", {})
+        ckpt.set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Path:
+        path = ckpt.checkpoint_path(self.run_dir, self.step)
+        with ckpt.atomic_dir(path) as tmp:
+            save_model(self.model, self.tokenizer, tmp)
+            torch.save({"optimizer": self.trainer.optimizer.state_dict(),
+                        "scheduler": self.trainer.scheduler.state_dict(),
+                        "version": self.trainer.version, "step": self.step,
+                        "last_eval": self.last_eval, "rng": ckpt.rng_state()},
+                       tmp / "trainer_state.pt")
+        ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
+        return path
+
+    # -- one step ------------------------------------------------------------------------
+    def collect(self) -> tuple[RolloutGroup, dict[str, float]]:
+        """Fill one step's batch; with dynamic sampling, only groups that carry a gradient."""
+        cfg, size = self.cfg, self.cfg.rollout.group_size
+        want = cfg.rollout.prompts_per_step
+        kept: list[RolloutGroup] = []
+        have, drawn, dropped = 0, 0, 0
+        draws = 1 + (cfg.rollout.max_extra_draws if self.loss["dynamic_sampling"] else 0)
+        for draw in range(draws):
+            self.rollouts.put(self.worker.collect(self.step, draw, self.trainer.version))
+            group = self.rollouts.get()
+            drawn += len(group.examples)
+            if self.loss["dynamic_sampling"]:
+                spread = group.rewards.view(-1, size)
+                informative = spread.max(1).values > spread.min(1).values
+                dropped += int((~informative).sum())
+                group = select_groups(group, informative, size)
+            if len(group.examples):
+                kept.append(group)
+                have += len(group.examples)
+            if have >= want:
+                break
+        if not kept:  # every group uniform: train on the last draw (zero advantage, no-op)
+            kept = [self.worker.collect(self.step, draws, self.trainer.version)]
+        batch = concat_groups(kept, self.tokenizer.pad_token_id)
+        if len(batch.examples) > want:
+            batch = select_groups(batch, torch.arange(len(batch.examples)) < want, size)
+        stats = {"sampling/prompts_drawn": drawn,
+                 "sampling/dropped_group_share": dropped / max(drawn, 1),
+                 "sampling/batch_prompts": len(batch.examples)}
+        return batch, stats
+
+    def train_step(self) -> dict[str, float]:
+        cfg, size = self.cfg, self.cfg.rollout.group_size
+        t0 = time.perf_counter()
+        group, metrics = self.collect()
+        t_collect = time.perf_counter() - t0
+        rewards, length_stats = shaped_rewards(group, self.loss, cfg)
+        advantages = objectives.group_advantages(
+            rewards, size, std_normalize=self.loss["advantage_std_normalize"],
+            leave_one_out=self.loss["advantage_leave_one_out"])
+        r = group.rollout
+        batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
+                                   r.sampler_logprobs, self.tokenizer.pad_token_id,
+                                   r.policy_version)
+        lag_stats = staleness(self.trainer.version, [r.policy_version] * len(r.lengths))
+        generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
+        t1 = time.perf_counter()
+        metrics.update(self.trainer.step(batch, generator))
+        if cfg.train.post_update_stats:
+            metrics.update(self.trainer.update_stats(batch))
+        t_train = time.perf_counter() - t1
+        per_group = group.rewards.view(-1, size)
+        tokens = int(r.lengths.sum())
+        metrics.update({
+            "reward/mean": float(group.rewards.mean()),
+            "reward/std": float(group.rewards.std()) if len(group.rewards) > 1 else 0.0,
+            "reward/shaped_mean": float(rewards.mean()),
+            "reward/zero_advantage_group_share": float(
+                (per_group.max(1).values == per_group.min(1).values).float().mean()),
+            "reward/verifier_errors": group.verifier_errors,
+            "reward/verifier_timeouts": group.verifier_timeouts,
+            "length/mean": float(r.lengths.float().mean()),
+            "length/max": int(r.lengths.max()),
+            "length/truncated_share": r.finish_reasons.count("length") / len(r.finish_reasons),
+            "time/collect_s": t_collect, "time/train_s": t_train,
+            "time/step_s": time.perf_counter() - t0,
+            "throughput/tokens_per_s": tokens / max(t_collect, 1e-9),
+            **lag_stats, **length_stats,
+        })
+        if group.first_error:
+            metrics["reward/first_error"] = group.first_error
+        return metrics
+
+    def run_eval(self) -> dict[str, float]:
+        e = self.cfg.eval
+        result = evaluate(self.model, self.tokenizer, self.task, split="test", seed=e.seed,
+                          prompts=e.prompts, samples=e.samples, ks=(1,),
+                          max_new_tokens=self.cfg.rollout.max_new_tokens,
+                          temperature=e.temperature, chat_template=self.cfg.model.chat_template)
+        self.last_eval = {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
+        return self.last_eval
+
+    def train(self) -> Path:
+        cfg = self.cfg
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
+                               resume_step=self.step if self.start_step else None)
+        progress = StepProgress(cfg.train.steps, f"{cfg.objective} {cfg.task.name}",
+                                enabled=cfg.progress, completed=self.step,
+                                fields=("reward", "pass@1", "entropy", "kl", "tok/s"))
+        warned: set[str] = set()
+        try:
+            while self.step < cfg.train.steps:
+                metrics = self.train_step()
+                self.step += 1
+                if cfg.eval.every and self.step % cfg.eval.every == 0:
+                    metrics.update(self.run_eval())
+                error = metrics.pop("reward/first_error", None)
+                if error and error not in warned:
+                    warned.add(error)
+                    print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
+                logger.log(self.step, metrics)
+                progress.update(self.step, {
+                    "reward": metrics["reward/mean"],
+                    "pass@1": self.last_eval.get("eval/pass@1"),
+                    "entropy": metrics["policy/entropy"],
+                    "kl": metrics.get("policy/kl_new_old"),
+                    "tok/s": metrics["throughput/tokens_per_s"]})
+                if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
+                    self.save_checkpoint()
+        finally:
+            progress.close()
+            logger.close()
+        final = self.run_dir / "final"
+        with ckpt.atomic_dir(final) as tmp:
+            save_model(self.model, self.tokenizer, tmp)
+        return final
+
+
+def train(cfg: RLVRConfig, *, resume: bool = False) -> Path:
+    return RLVRRun(cfg, resume=resume).train()

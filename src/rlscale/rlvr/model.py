@@ -1,0 +1,129 @@
+"""Load a local Hugging Face causal LM and its tokenizer; build the `tiny` preset.
+
+The tiny preset is a real Llama-architecture model with a character-level tokenizer, saved
+with `save_pretrained`, so everything downstream (sampler, trainer, eval, checkpoints)
+runs the same code path it would run on a released checkpoint loaded from disk.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+# Printable ASCII and newline: every task text round-trips exactly, spaces included.
+CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+TINY_PRESETS = {
+    # ~0.8 M parameters: trains on 2 CPU cores in minutes.
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2),
+    # ~6 M parameters, for longer experiments.
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=4),
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(ValueError):
+    """The model or tokenizer cannot be loaded (one-line message)."""
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARACTERS])}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
+        padding_side="left", clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_model(preset: str = "tiny", seed: int = 0, max_positions: int = 512):
+    """A freshly initialised Llama-architecture causal LM and its character tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if preset not in TINY_PRESETS:
+        raise ModelLoadError(f"unknown model preset '{preset}' (known: {', '.join(TINY_PRESETS)})")
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+        rope_theta=10000.0, **TINY_PRESETS[preset],
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    return model, tokenizer
+
+
+def save_model(model, tokenizer, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def init_model(preset: str, out: str | Path, seed: int = 0) -> Path:
+    model, tokenizer = build_tiny_model(preset, seed=seed)
+    return save_model(model, tokenizer, out)
+
+
+def load_tokenizer(path: str | Path):
+    path = Path(path)
+    # The tiny preset is a Llama model: transformers 5 forces Qwen2's own tokenizer class on
+    # any qwen2 folder (dropping our spaces), but honours tokenizer_config.json for llama.
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(path: str | Path, dtype: str = "float32"):
+    """(model, tokenizer) from a local folder; a clear one-line error if it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model path does not exist: {path}")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"not a Hugging Face model folder (no config.json): {path}")
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPES)})")
+    try:
+        tokenizer = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=DTYPES[dtype], local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"cannot load model from {path}: {first}") from None
+    return model, tokenizer
+
+
+@dataclass
+class PromptFormatter:
+    """Turns task prompts into model input text, through the chat template when asked."""
+
+    tokenizer: object
+    chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        if self.chat_template and not getattr(self.tokenizer, "chat_template", None):
+            raise ModelLoadError("model.chat_template is true but the tokenizer has no chat template")
+
+    def __call__(self, prompt: str) -> str:
+        if not self.chat_template:
+            return prompt
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

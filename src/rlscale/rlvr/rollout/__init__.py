@@ -1,0 +1,3 @@
+from .sampler import Rollout, SamplingParams, generate
+
+__all__ = ["Rollout", "SamplingParams", "generate"]

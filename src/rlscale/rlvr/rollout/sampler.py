@@ -1,0 +1,111 @@
+"""Batched generation with a KV cache, temperature and top-p.
+
+Written over the model's forward rather than `model.generate` because the loop needs the
+sampler's own log-probabilities of the tokens it drew (the behaviour policy `mu` for
+importance-sampling corrections), under exactly the temperature the trainer uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class Rollout:
+    """Completions of one batch of prompts, right-padded to the longest completion."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: torch.Tensor     # [B, T] long, pad after the end
+    sampler_logprobs: torch.Tensor   # [B, T] float32, 0 on padding
+    mask: torch.Tensor               # [B, T] float32, 1 on completion tokens (EOS included)
+    lengths: torch.Tensor            # [B] long, completion tokens incl. EOS if emitted
+    finish_reasons: list[str]        # "stop" (EOS) or "length"
+    policy_version: int
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    probs = sorted_logits.softmax(-1)
+    # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1 token).
+    drop = probs.cumsum(-1) - probs >= top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
+             pad_token_id: int, generator: torch.Generator | None = None,
+             policy_version: int = 0) -> Rollout:
+    batch = len(prompt_ids)
+    width = max(len(p) for p in prompt_ids)
+    device = next(model.parameters()).device
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    for i, ids in enumerate(prompt_ids):  # left padding: every prompt ends at the same column
+        input_ids[i, width - len(ids):] = torch.tensor(ids)
+        attention[i, width - len(ids):] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+
+    tokens = torch.full((batch, params.max_new_tokens), pad_token_id, dtype=torch.long)
+    logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32)
+    finished = torch.zeros(batch, dtype=torch.bool)
+    lengths = torch.zeros(batch, dtype=torch.long)
+
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                use_cache=True)
+    cache = out.cache
+    next_logits = out.logits[:, -1, :].float()
+    step = 0
+    for step in range(params.max_new_tokens):
+        scaled = next_logits / max(params.temperature, 1e-6)
+        logp_all = scaled.log_softmax(-1)
+        if params.temperature <= 0:
+            chosen = scaled.argmax(-1)
+        else:
+            probs = _top_p_filter(scaled, params.top_p).softmax(-1)
+            chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
+        chosen = chosen.cpu().masked_fill(finished, pad_token_id)
+        tokens[:, step] = chosen
+        # Log-prob under the temperature-scaled distribution (before top-p truncation): the
+        # same quantity the trainer recomputes, so pi_old/mu is 1 up to numerics.
+        logprobs[:, step] = logp_all.cpu().gather(-1, chosen[:, None]).squeeze(-1).masked_fill(
+            finished, 0.0)
+        lengths += (~finished).long()
+        finished |= chosen == eos_token_id
+        if bool(finished.all()) or step == params.max_new_tokens - 1:
+            break
+        attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=device)], 1)
+        positions = positions[:, -1:] + 1
+        out = model(input_ids=chosen[:, None].to(device), attention_mask=attention,
+                    position_ids=positions, cache=cache, use_cache=True)
+        cache = out.cache
+        next_logits = out.logits[:, -1, :].float()
+
+    width_out = max(int(lengths.max()), 1)
+    tokens, logprobs = tokens[:, :width_out], logprobs[:, :width_out]
+    mask = (torch.arange(width_out)[None, :] < lengths[:, None]).float()
+    reasons = ["stop" if f else "length" for f in finished.tolist()]
+    return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens,
+                   sampler_logprobs=logprobs * mask, mask=mask, lengths=lengths,
+                   finish_reasons=reasons, policy_version=policy_version)
+
+
+def decode_completions(tokenizer, rollout: Rollout) -> list[str]:
+    texts = []
+    for row, n, reason in zip(rollout.completion_ids.tolist(), rollout.lengths.tolist(),
+                              rollout.finish_reasons, strict=True):
+        ids = row[: n - 1] if reason == "stop" else row[:n]  # drop the EOS token
+        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+    return texts

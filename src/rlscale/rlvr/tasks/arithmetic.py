@@ -1,0 +1,56 @@
+"""Multi-digit addition and multiplication with a fixed answer format.
+
+Prompt `"347+85="`; the completion is the decimal result and nothing else (the end-of-
+sequence token ends it), e.g. `"432"`. The verifier accepts exactly that, so a sloppy
+completion (`"432 ok"`, `"=432"`) scores 0: format is part of correctness.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from .base import Example, draw_in_split
+
+# ASCII digits only: `\d` would also accept other scripts' digits, which int() parses.
+_ANSWER = re.compile(r"-?[0-9]+")
+
+
+@dataclass
+class ArithmeticTask:
+    name: str = "arithmetic"
+    add_digits: int = 3         # addition operands have 1..add_digits digits
+    mul_digits: tuple[int, int] = (2, 1)  # multiplication: (digits of a, digits of b)
+    mul_share: float = 0.3
+    test_share: float = 0.1
+
+    def _generate(self, rng: random.Random) -> Example:
+        if rng.random() < self.mul_share:
+            a = rng.randrange(1, 10 ** self.mul_digits[0])
+            b = rng.randrange(1, 10 ** self.mul_digits[1])
+            op, result = "*", a * b
+        else:
+            a = rng.randrange(0, 10 ** rng.randint(1, self.add_digits))
+            b = rng.randrange(0, 10 ** rng.randint(1, self.add_digits))
+            op, result = "+", a + b
+        return Example(prompt=f"{a}{op}{b}=", answer=result, meta={"op": op})
+
+    def sample(self, split: str, rng: random.Random) -> Example:
+        return draw_in_split(self._generate, split, rng, self.test_share)
+
+    def verify(self, completion: str, example: Example) -> float:
+        text = completion.strip()
+        return 1.0 if _ANSWER.fullmatch(text) and int(text) == example.answer else 0.0
+
+    def demonstration(self, example: Example, rng: random.Random) -> str:
+        return str(example.answer)
+
+    def corrupt(self, example: Example, rng: random.Random) -> str:
+        """A plausible wrong or sloppy trace: one digit changed, or the format broken (even odds)."""
+        text = str(example.answer)
+        if rng.random() < 0.5:
+            i = rng.randrange(len(text))
+            digit = rng.choice([d for d in "0123456789" if d != text[i]])
+            return text[:i] + digit + text[i + 1:]
+        return rng.choice([f"{text} ok", f"={text}", f"{text}{text[-1]}", f"{text}."])

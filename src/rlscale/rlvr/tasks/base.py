@@ -1,0 +1,67 @@
+"""The Task protocol: prompts for a split and seed, and a verifier for one completion."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: Any
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@runtime_checkable
+class Task(Protocol):
+    name: str
+
+    def sample(self, split: str, rng: random.Random) -> Example:
+        """One example of `split`, drawn with `rng` (deterministic given its state)."""
+
+    def verify(self, completion: str, example: Example) -> float:
+        """Reward of one completion in [0, 1]; may raise, which the caller scores 0."""
+
+    def demonstration(self, example: Example, rng: random.Random) -> str:
+        """A reference completion, for supervised fine-tuning."""
+
+
+def split_of(prompt: str, test_share: float = 0.1) -> str:
+    """Hash-based split: a prompt belongs to exactly one split, whatever the seed."""
+    h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
+    return "test" if (h % 10_000) < test_share * 10_000 else "train"
+
+
+def draw_in_split(generate, split: str, rng: random.Random, test_share: float = 0.1,
+                  max_tries: int = 10_000) -> Example:
+    """Rejection-sample `generate(rng)` until its prompt falls in `split`."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    for _ in range(max_tries):
+        example = generate(rng)
+        if split_of(example.prompt, test_share) == split:
+            return example
+    raise RuntimeError(f"could not draw a '{split}' example in {max_tries} tries")
+
+
+def examples(task: Task, split: str, seed: int, n: int, *, unique: bool = True) -> list[Example]:
+    """n examples of `split` for `seed`; distinct prompts when `unique` (held-out eval)."""
+    rng = random.Random(f"{task.name}:{split}:{seed}")
+    out: list[Example] = []
+    seen: set[str] = set()
+    tries = 0
+    while len(out) < n:
+        ex = task.sample(split, rng)
+        tries += 1
+        if unique and ex.prompt in seen:
+            if tries > 50 * n + 1000:
+                raise ValueError(f"task '{task.name}' has fewer than {n} distinct {split} prompts")
+            continue
+        seen.add(ex.prompt)
+        out.append(ex)
+    return out

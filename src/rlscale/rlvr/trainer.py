@@ -1,0 +1,184 @@
+"""Log-probs of completions under a model, and the policy-gradient update of one step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import objectives
+
+
+@dataclass
+class PolicyBatch:
+    """One collected step, ready for the update: prompts left-padded, completions right-padded."""
+
+    input_ids: torch.Tensor        # [B, P + T]
+    attention_mask: torch.Tensor   # [B, P + T]
+    prompt_width: int              # P
+    completion_ids: torch.Tensor   # [B, T]
+    mask: torch.Tensor             # [B, T]
+    advantages: torch.Tensor       # [B]
+    sampler_logprobs: torch.Tensor  # [B, T]
+    policy_version: int
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    def select(self, index: torch.Tensor) -> PolicyBatch:
+        return PolicyBatch(self.input_ids[index], self.attention_mask[index], self.prompt_width,
+                           self.completion_ids[index], self.mask[index], self.advantages[index],
+                           self.sampler_logprobs[index], self.policy_version)
+
+
+def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor,
+                       mask: torch.Tensor, advantages: torch.Tensor,
+                       sampler_logprobs: torch.Tensor, pad_token_id: int,
+                       policy_version: int) -> PolicyBatch:
+    batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
+    prompts = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((batch, width), dtype=torch.long)
+    for i, ids in enumerate(prompt_ids):
+        prompts[i, width - len(ids):] = torch.tensor(ids)
+        prompt_mask[i, width - len(ids):] = 1
+    return PolicyBatch(
+        input_ids=torch.cat([prompts, completion_ids], 1),
+        attention_mask=torch.cat([prompt_mask, mask.long()], 1),
+        prompt_width=width, completion_ids=completion_ids, mask=mask.float(),
+        advantages=advantages.float(), sampler_logprobs=sampler_logprobs.float(),
+        policy_version=policy_version)
+
+
+def completion_logprobs(model, batch: PolicyBatch, temperature: float = 1.0,
+                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, T] log-probs of the completion tokens (and the policy's entropy at each)."""
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   position_ids=positions, use_cache=False).logits
+    # The logit at position t predicts token t + 1: completion token j sits at P + j.
+    width = batch.completion_ids.shape[1]
+    logits = logits[:, batch.prompt_width - 1: batch.prompt_width - 1 + width].float()
+    logits = logits / temperature
+    logp = logits.log_softmax(-1).gather(-1, batch.completion_ids[..., None]).squeeze(-1)
+    entropy = objectives.token_entropy_from_logits(logits) if with_entropy else None
+    return logp * batch.mask, entropy
+
+
+def _chunks(index: torch.Tensor, size: int) -> list[torch.Tensor]:
+    return list(index.split(size)) if size > 0 else [index]
+
+
+class PolicyTrainer:
+    """The learner side of RLVR: owns the trainable model, the reference and the optimiser."""
+
+    def __init__(self, model, reference, loss: dict[str, Any], *, lr: float, weight_decay: float,
+                 warmup_steps: int, grad_clip: float, minibatches: int, epochs: int,
+                 micro_batch_size: int, temperature: float) -> None:
+        self.model, self.reference, self.loss = model, reference, loss
+        self.grad_clip, self.minibatches, self.epochs = grad_clip, minibatches, epochs
+        self.micro_batch_size, self.temperature = micro_batch_size, temperature
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                           betas=(0.9, 0.99))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps else 1.0)
+        self.version = 0  # bumped after every step's updates: the policy version
+
+    # -- helpers -------------------------------------------------------------------------
+    @torch.no_grad()
+    def _forward_no_grad(self, model, batch: PolicyBatch) -> torch.Tensor:
+        out = []
+        for idx in _chunks(torch.arange(len(batch)), self.micro_batch_size):
+            out.append(completion_logprobs(model, batch.select(idx), self.temperature)[0])
+        return torch.cat(out)
+
+    def _loss_kwargs(self) -> dict[str, Any]:
+        keys = ("ratio_level", "clip_low", "clip_high", "aggregation", "norm_length",
+                "is_correction", "is_threshold", "kl_coef", "kl_kind")
+        return {k: self.loss[k] for k in keys}
+
+    # -- the update ----------------------------------------------------------------------
+    def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> dict[str, float]:
+        self.model.train()
+        updates = self.epochs * self.minibatches
+        # With one update per batch, pi_old is the current model: its log-probs are the
+        # forward we run anyway, detached; a separate pass would recompute the same numbers.
+        single_pass = updates == 1 and batch.policy_version == self.version
+        old_logp = None if single_pass else self._forward_no_grad(self.model, batch)
+        kl_coef = self.loss["kl_coef"]
+        ref_logp = (self._forward_no_grad(self.reference, batch)
+                    if kl_coef > 0 and self.reference is not None else None)
+
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        entropies, grad_norms = [], []
+        rho = self.loss.get("entropy_top_rho", 1.0)
+        logp_first = torch.zeros_like(batch.mask)
+        entropy_first = torch.zeros_like(batch.mask)
+        for epoch in range(self.epochs):
+            order = torch.randperm(len(batch), generator=generator)
+            for mb_index in order.chunk(self.minibatches):
+                if len(mb_index) == 0:
+                    continue
+                mb_tokens = float(batch.mask[mb_index].sum())
+                self.optimizer.zero_grad(set_to_none=True)
+                for idx in _chunks(mb_index, self.micro_batch_size):
+                    micro = batch.select(idx)
+                    logp, entropy = completion_logprobs(self.model, micro, self.temperature,
+                                                        with_entropy=True)
+                    mask = micro.mask
+                    if rho < 1.0:
+                        mask = objectives.top_entropy_mask(entropy.detach(), micro.mask, rho)
+                    loss, metrics = objectives.policy_loss(
+                        logp, logp.detach() if old_logp is None else old_logp[idx],
+                        micro.advantages, mask,
+                        behaviour_logp=micro.sampler_logprobs,
+                        ref_logp=None if ref_logp is None else ref_logp[idx],
+                        num_sequences=len(mb_index), num_tokens=mb_tokens,
+                        **self._loss_kwargs())
+                    loss.backward()
+                    if epoch == 0:
+                        logp_first[idx], entropy_first[idx] = logp.detach(), entropy.detach()
+                    entropies.append((float((entropy.detach() * micro.mask).sum()),
+                                      float(micro.mask.sum())))
+                    for k, v in metrics.items():
+                        if isinstance(v, float) and math.isfinite(v):
+                            sums[k] = sums.get(k, 0.0) + v
+                            counts[k] = counts.get(k, 0) + 1
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+                self.scheduler.step()
+        self.version += 1
+        self._before = (logp_first if old_logp is None else old_logp, entropy_first)
+        out = {(k if "/" in k else f"loss/{k}"): sums[k] / counts[k] for k in sums}
+        ent_sum = sum(e for e, _ in entropies)
+        ent_n = sum(n for _, n in entropies)
+        out["policy/entropy"] = ent_sum / max(ent_n, 1.0)
+        out["policy/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        out["policy/grad_norm_max"] = max(grad_norms, default=0.0)
+        out["policy/lr"] = self.scheduler.get_last_lr()[0]
+        out["policy/old_logp_forward_skipped"] = float(single_pass)
+        return out
+
+    @torch.no_grad()
+    def update_stats(self, batch: PolicyBatch) -> dict[str, float]:
+        """How far the last step moved the policy on its own samples, and where it moved it."""
+        logp_before, entropy_before = self._before
+        self.model.eval()
+        logp_after = self._forward_no_grad(self.model, batch)
+        mask = batch.mask
+        n = float(mask.sum().clamp(min=1))
+        # KL(old || new) estimated on tokens sampled from old (k3, non-negative).
+        kl = objectives.kl_penalty(logp_after, logp_before, "k3")
+        change = (logp_after - logp_before).abs() * mask
+        top = objectives.top_entropy_mask(entropy_before, mask, 0.2)
+        total_change = float(change.sum())
+        return {
+            "policy/kl_new_old": float((kl * mask).sum()) / n,
+            "policy/logp_change_mean": total_change / n,
+            "policy/update_share_top20_entropy": (float((change * top).sum()) / total_change
+                                                  if total_change > 0 else 0.0),
+            "policy/top20_entropy_token_share": float(top.sum()) / n,
+        }

@@ -1,0 +1,1 @@
+"""Pieces shared by both loops; knows nothing of language models or games."""
