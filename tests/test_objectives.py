@@ -1,0 +1,489 @@
+"""Objectives against hand-computed numbers (the arithmetic is written out in comments)."""
+
+import math
+
+import pytest
+import torch
+
+from rlscale.rlvr.objectives import (
+    AGGREGATIONS,
+    PRESETS,
+    group_advantages,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+    sequence_ratio,
+    token_entropy_from_logits,
+    top_entropy_mask,
+)
+
+torch.set_num_threads(1)
+F64 = torch.float64
+
+
+def close(actual, expected, tol=1e-9):
+    expected = torch.as_tensor(expected, dtype=F64)
+    assert torch.allclose(torch.as_tensor(actual, dtype=F64), expected, atol=tol, rtol=0), (
+        actual,
+        expected,
+    )
+
+
+# ----------------------------------------------------------------------------- advantages
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 1.0, 1.0])
+    # group 1: mean 0.25; group 2: mean 1
+    close(group_advantages(rewards, 4), [0.75, -0.25, -0.25, -0.25, 1.0, -1.0, 0.0, 0.0], 1e-6)
+    # population std: group 1 sqrt(0.25 * 0.75) = 0.4330127, group 2 sqrt(2 / 4) = 0.7071068
+    close(
+        group_advantages(rewards, 4, std_normalize=True),
+        [1.7320508, -0.5773503, -0.5773503, -0.5773503, 1.4142136, -1.4142136, 0.0, 0.0],
+        1e-5,
+    )
+    # leave-one-out: 1 - 0 = 1, 0 - 1/3; 2 - 2/3, 0 - 4/3, 1 - 1, 1 - 1
+    close(
+        group_advantages(rewards, 4, leave_one_out=True),
+        [1.0, -1 / 3, -1 / 3, -1 / 3, 4 / 3, -4 / 3, 0.0, 0.0],
+        1e-6,
+    )
+
+
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 1.0, -2.5, 1e-3])
+@pytest.mark.parametrize("group_size", [3, 5, 7])
+@pytest.mark.parametrize("flags", [{}, {"std_normalize": True}, {"leave_one_out": True}])
+def test_uniform_group_is_exactly_zero(value, group_size, flags):
+    rewards = torch.cat([torch.full((group_size,), value), torch.arange(group_size) * 1.0])
+    adv = group_advantages(rewards, group_size, **flags)
+    assert torch.equal(adv[:group_size], torch.zeros(group_size))
+    assert (adv[group_size:] != 0).any()
+
+
+def test_uniform_group_gives_zero_gradient():
+    rewards = torch.tensor([0.3, 0.3, 0.3])
+    adv = group_advantages(rewards, 3, std_normalize=True)
+    logp = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    old = logp.detach() + 0.1 * torch.randn(3, 4, dtype=F64)
+    for level in ["token", "sequence", "sequence_mean"]:
+        logp.grad = None
+        loss, _ = policy_loss(logp, old, adv, torch.ones(3, 4), ratio_level=level)
+        loss.backward()
+        assert loss.item() == 0.0
+        assert torch.count_nonzero(logp.grad) == 0
+
+
+def test_group_advantages_rejects_bad_shapes():
+    with pytest.raises(ValueError):
+        group_advantages(torch.zeros(5), 2)
+    with pytest.raises(ValueError):
+        group_advantages(torch.zeros(3), 1, leave_one_out=True)
+
+
+# ----------------------------------------------------------------------------- KL
+
+
+def test_kl_estimators_by_hand():
+    logp = torch.zeros(2, dtype=F64)
+    ref = torch.tensor([1.0, -0.5], dtype=F64)  # d = ref - logp
+    close(kl_penalty(logp, ref, "k1"), [-1.0, 0.5])
+    close(kl_penalty(logp, ref, "k2"), [0.5, 0.125])
+    # e - 2 = 0.718281828; exp(-0.5) + 0.5 - 1 = 0.106530660
+    close(kl_penalty(logp, ref, "k3"), [0.718281828459, 0.106530659713])
+    with pytest.raises(ValueError):
+        kl_penalty(logp, ref, "k4")
+
+
+def test_k3_nonnegative_and_close_to_k2_for_small_d():
+    d = torch.linspace(-5, 5, 1001, dtype=F64)
+    zero = torch.zeros_like(d)
+    assert (kl_penalty(zero, d, "k3") >= 0).all()
+    small = torch.tensor([1e-3, -1e-3, 1e-5], dtype=F64)
+    k2, k3 = kl_penalty(0 * small, small, "k2"), kl_penalty(0 * small, small, "k3")
+    # k3 - k2 = d^3/6 + ...
+    assert ((k3 - k2).abs() <= small.abs() ** 3).all()
+    assert (k3 > 0).all()
+
+
+def test_kl_term_in_loss():
+    logp = torch.zeros(1, 2, dtype=F64, requires_grad=True)
+    ref = torch.tensor([[1.0, -0.5]], dtype=F64)
+    loss, metrics = policy_loss(
+        logp,
+        logp.detach(),
+        torch.zeros(1),
+        torch.ones(1, 2),
+        ref_logp=ref,
+        kl_coef=0.1,
+        aggregation="token-mean",
+    )
+    # advantages 0 -> only KL: 0.1 * (0.718281828 + 0.106530660) / 2
+    close(loss.item(), 0.1 * (0.718281828459 + 0.106530659713) / 2)
+    close(metrics["kl/mean"], (0.718281828459 + 0.106530659713) / 2)
+    loss.backward()
+    # d k3 / d logp = 1 - exp(d): (1 - e, 1 - exp(-0.5)) * 0.1 / 2
+    close(logp.grad, [[0.1 * (1 - math.e) / 2, 0.1 * (1 - math.exp(-0.5)) / 2]])
+    with pytest.raises(ValueError):
+        policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2), kl_coef=0.1)
+
+
+# ----------------------------------------------------------------------------- ratio and clip
+
+
+def two_by_three():
+    """2 sequences x 3 tokens. Token ratios: seq 0 (A=+1) [1.0, 1.5, 0.5]; seq 1 (A=-1)
+    [0.5, 1.5, pad]. The pad token holds garbage (old_logp = -1e30) to check masking."""
+    ratios = torch.tensor([[1.0, 1.5, 0.5], [0.5, 1.5, 1.0]], dtype=F64)
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -1e30]], dtype=F64)
+    logp = old + ratios.log()
+    logp[1, 2] = 0.0
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    return logp.requires_grad_(True), old, torch.tensor([1.0, -1.0]), mask
+
+
+# Per-token surrogate min(r A, clip(r, 0.8, 1.2) A):
+#   seq 0, A=+1: r=1.0 -> 1.0; r=1.5 -> min(1.5, 1.2) = 1.2 (clip high); r=0.5 -> 0.5
+#   seq 1, A=-1: r=0.5 -> min(-0.5, -0.8) = -0.8 (clip low); r=1.5 -> min(-1.5, -1.2) = -1.5
+# Token losses (minus): seq 0 [-1.0, -1.2, -0.5] (sum -2.7); seq 1 [0.8, 1.5] (sum 2.3).
+HAND_LOSSES = {
+    "token-mean": (-2.7 + 2.3) / 5,  # -0.08
+    "seq-mean-token-mean": (-2.7 / 3 + 2.3 / 2) / 2,  # 0.125
+    "seq-mean-token-sum": (-2.7 + 2.3) / 2,  # -0.2
+    "seq-mean-token-sum-norm": (-2.7 / 4 + 2.3 / 4) / 2,  # -0.05 with norm_length 4
+}
+
+
+@pytest.mark.parametrize("aggregation", list(HAND_LOSSES))
+def test_token_loss_by_hand(aggregation):
+    assert set(HAND_LOSSES) == set(AGGREGATIONS)
+    logp, old, adv, mask = two_by_three()
+    loss, metrics = policy_loss(logp, old, adv, mask, aggregation=aggregation, norm_length=4)
+    close(loss.item(), HAND_LOSSES[aggregation])
+    close(metrics["loss"], HAND_LOSSES[aggregation])
+    # one of five active tokens binds on each side
+    assert metrics["clip/high_frac"] == pytest.approx(0.2, abs=1e-12)
+    assert metrics["clip/low_frac"] == pytest.approx(0.2, abs=1e-12)
+    close(metrics["ratio/mean"], 1.0)  # (1 + 1.5 + 0.5 + 0.5 + 1.5) / 5
+    close(metrics["ratio/max"], 1.5)
+    loss.backward()
+    assert torch.isfinite(logp.grad).all()
+
+
+def test_token_gradient_by_hand():
+    logp, old, adv, mask = two_by_three()
+    loss, _ = policy_loss(logp, old, adv, mask, aggregation="token-mean")
+    loss.backward()
+    # d(-r A)/d logp = -r A / 5 on unclipped branches; clipped branches and pad give 0
+    close(logp.grad, [[-1.0 / 5, 0.0, -0.5 / 5], [0.0, 1.5 / 5, 0.0]])
+
+
+def test_clip_sides_with_signs():
+    # ratio above 1 + eps: binds only for A > 0; ratio below 1 - eps: binds only for A < 0.
+    # Asymmetric clips and advantages, so swapping clip_low and clip_high changes the loss.
+    ratios = torch.tensor([[1.5], [1.5], [0.6], [0.6]], dtype=F64)
+    logp = ratios.log().requires_grad_(True)
+    adv = torch.tensor([2.0, -2.0, 3.0, -3.0])
+    loss, metrics = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        adv,
+        torch.ones(4, 1),
+        clip_low=0.1,
+        clip_high=0.3,
+        aggregation="seq-mean-token-sum",
+    )
+    # clip range [0.9, 1.3]. Surrogates:
+    #   r=1.5, A=+2: min(3.0, 2.6) = 2.6 (high binds)   r=1.5, A=-2: min(-3.0, -2.6) = -3.0
+    #   r=0.6, A=+3: min(1.8, 2.7) = 1.8                r=0.6, A=-3: min(-1.8, -2.7) = -2.7 (low)
+    # loss = -(2.6 - 3.0 + 1.8 - 2.7) / 4 = 0.325
+    close(loss.item(), 0.325)
+    assert metrics["clip/high_frac"] == 0.25 and metrics["clip/low_frac"] == 0.25
+    loss.backward()
+    # gradient only where the unclipped branch is chosen: -r A / 4
+    close(logp.grad, [[0.0], [1.5 * 2 / 4], [-0.6 * 3 / 4], [0.0]])
+
+
+def test_sequence_level_by_hand():
+    logp, old, adv, mask = two_by_three()
+    # s_0 = 1 * 1.5 * 0.5 = 0.75, A=+1 -> min(0.75, 0.8) = 0.75
+    # s_1 = 0.5 * 1.5 = 0.75, A=-1 -> min(-0.75, -0.8) = -0.8 (clip low)
+    loss, metrics = policy_loss(logp, old, adv, mask, ratio_level="sequence")
+    close(loss.item(), -(0.75 - 0.8) / 2)
+    assert metrics["clip/low_frac"] == 0.5 and metrics["clip/high_frac"] == 0.0
+    close(sequence_ratio(logp, old, mask), [0.75, 0.75])
+    # GSPO: s_0 = 0.75^(1/3) = 0.908560296, s_1 = 0.75^(1/2) = 0.866025404, both unclipped
+    loss, metrics = policy_loss(logp, old, adv, mask, ratio_level="sequence_mean")
+    close(loss.item(), -(0.908560296416 - 0.866025403784) / 2)
+    close(metrics["ratio/max"], 0.908560296416)
+
+
+def test_gspo_ratio_is_geometric_mean_of_token_ratios():
+    torch.manual_seed(0)
+    logp, old = torch.randn(4, 6, dtype=F64), torch.randn(4, 6, dtype=F64)
+    mask = torch.tensor(
+        [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0] * 6], dtype=F64
+    )
+    token_ratios = (logp - old).exp()
+    for i in range(4):
+        kept = token_ratios[i][mask[i] > 0]
+        expected = kept.prod() ** (1 / len(kept)) if len(kept) else torch.tensor(1.0)
+        close(sequence_ratio(logp, old, mask, length_normalize=True)[i], expected, 1e-12)
+
+
+def test_on_policy_gradients_agree_across_levels():
+    torch.manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=F64)
+    adv = torch.tensor([0.7, -1.3, 0.4])
+
+    def grad(**kw):
+        logp = torch.randn(3, 5, dtype=F64, generator=torch.Generator().manual_seed(2))
+        logp.requires_grad_(True)
+        policy_loss(logp, logp.detach(), adv, mask, **kw)[0].backward()
+        return logp.grad
+
+    # sequence ratio: grad = -A_i sum_t grad logp_t / B == token-level seq-mean-token-sum
+    sequence = grad(ratio_level="sequence")
+    close(sequence, grad(aggregation="seq-mean-token-sum"), 1e-12)
+    close(sequence, -adv[:, None].double() * mask / 3, 1e-12)
+    # old_logp is a constant even when handed the very tensor that carries the gradient
+    logp = torch.randn(3, 5, dtype=F64, generator=torch.Generator().manual_seed(2))
+    logp.requires_grad_(True)
+    policy_loss(logp, logp, adv, mask, ratio_level="sequence")[0].backward()
+    close(logp.grad, sequence, 1e-12)
+    # GSPO: grad = -A_i mean_t grad logp_t / B == token-level seq-mean-token-mean
+    gspo = grad(ratio_level="sequence_mean")
+    close(gspo, grad(aggregation="seq-mean-token-mean"), 1e-12)
+    close(gspo, -adv[:, None].double() * mask / mask.sum(1, keepdim=True) / 3, 1e-12)
+
+
+def test_empty_rows_are_finite():
+    logp = torch.randn(3, 4, dtype=F64).requires_grad_(True)
+    mask = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1.0]])
+    adv = torch.tensor([1.0, 5.0, -1.0])
+    for level in ["token", "sequence", "sequence_mean"]:
+        for aggregation in AGGREGATIONS:
+            logp.grad = None
+            loss, metrics = policy_loss(
+                logp,
+                logp.detach() - 0.1,
+                adv,
+                mask,
+                ratio_level=level,
+                aggregation=aggregation,
+                norm_length=4,
+                ref_logp=logp.detach() + 0.2,
+                kl_coef=0.1,
+                behaviour_logp=logp.detach(),
+                is_correction="tis",
+            )
+            loss.backward()
+            assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+            assert (logp.grad[1] == 0).all()
+            assert all(math.isfinite(v) for v in metrics.values())
+    loss, metrics = policy_loss(logp, logp.detach(), adv, torch.zeros(3, 4))
+    assert loss.item() == 0.0 and all(math.isfinite(v) for v in metrics.values())
+
+
+def test_norm_length_required():
+    logp, old, adv, mask = two_by_three()
+    with pytest.raises(ValueError):
+        policy_loss(logp, old, adv, mask, aggregation="seq-mean-token-sum-norm")
+
+
+# ----------------------------------------------------------------------------- behaviour correction
+
+
+def behaviour_case(weights):
+    """One sequence, on-policy for pi_old (ratio 1), with pi_old/mu = weights per token."""
+    old = torch.tensor([[-1.0, -2.0, -0.5]], dtype=F64)
+    logp = old.clone().requires_grad_(True)
+    mu = (old - torch.tensor([weights], dtype=F64).log()).requires_grad_(True)
+    return logp, old, mu
+
+
+def test_tis_caps_and_is_detached():
+    logp, old, mu = behaviour_case([0.5, 3.0, 1.0])
+    adv, mask = torch.tensor([1.0]), torch.ones(1, 3)
+    loss, metrics = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        behaviour_logp=mu,
+        is_correction="tis",
+        is_threshold=2.0,
+        aggregation="token-mean",
+    )
+    loss.backward()
+    # plain gradient -A / 3 per token, times min(w, 2) = [0.5, 2.0, 1.0]
+    close(logp.grad, [[-0.5 / 3, -2.0 / 3, -1.0 / 3]])
+    close(loss.item(), -(0.5 + 2.0 + 1.0) / 3)
+    assert mu.grad is None or torch.count_nonzero(mu.grad) == 0
+    close(metrics["behaviour/weight_max"], 3.0)
+    close(metrics["behaviour/weight_mean"], 1.5)
+    close(metrics["behaviour/truncated_frac"], 1 / 3)
+    # "none" ignores the weights in the loss but still logs them
+    logp.grad = None
+    plain, metrics = policy_loss(logp, old, adv, mask, behaviour_logp=mu, aggregation="token-mean")
+    plain.backward()
+    close(logp.grad, [[-1 / 3, -1 / 3, -1 / 3]])
+    close(metrics["behaviour/weight_max"], 3.0)
+
+
+def test_mis_zeroes_outside_band():
+    logp, old, mu = behaviour_case([0.4, 3.0, 1.25])
+    loss, metrics = policy_loss(
+        logp,
+        old,
+        torch.tensor([-1.0]),
+        torch.ones(1, 3),
+        behaviour_logp=mu,
+        is_correction="mis",
+        is_threshold=2.0,
+        aggregation="seq-mean-token-sum",
+    )
+    loss.backward()
+    # 0.4 < 1/2 and 3.0 > 2 are dropped; 1.25 kept: gradient -A w = +1.25 on the last token
+    close(logp.grad, [[0.0, 0.0, 1.25]])
+    close(loss.item(), 1.25)
+    close(metrics["behaviour/masked_frac"], 2 / 3)
+
+
+def test_sequence_level_behaviour_weight():
+    logp, old, mu = behaviour_case([0.5, 3.0, 1.0])  # product 1.5, geometric mean 1.5^(1/3)
+    for level, w in [("sequence", 1.5), ("sequence_mean", 1.5 ** (1 / 3))]:
+        loss, metrics = policy_loss(
+            logp,
+            old,
+            torch.tensor([1.0]),
+            torch.ones(1, 3),
+            ratio_level=level,
+            behaviour_logp=mu,
+            is_correction="tis",
+            is_threshold=1.2,
+        )
+        close(loss.item(), -min(w, 1.2))
+        close(metrics["behaviour/weight_mean"], w)
+
+
+# ----------------------------------------------------------------------------- micro-batches
+
+
+@pytest.mark.parametrize("level", ["token", "sequence", "sequence_mean"])
+@pytest.mark.parametrize("aggregation", list(HAND_LOSSES))
+def test_micro_batches_sum_to_minibatch(level, aggregation):
+    gen = torch.Generator().manual_seed(3)
+    B, T = 7, 6
+    lengths = torch.tensor([6, 2, 4, 1, 0, 5, 3])
+    mask = (torch.arange(T)[None] < lengths[:, None]).double()
+    old = -torch.rand(B, T, generator=gen, dtype=F64) * 3
+    logp = (old + 0.3 * torch.randn(B, T, generator=gen, dtype=F64)).requires_grad_(True)
+    mu = old + 0.5 * torch.randn(B, T, generator=gen, dtype=F64)
+    ref = old + 0.2 * torch.randn(B, T, generator=gen, dtype=F64)
+    adv = torch.randn(B, generator=gen, dtype=F64)
+    kw = dict(
+        ratio_level=level,
+        aggregation=aggregation,
+        norm_length=8,
+        behaviour_logp=mu,
+        is_correction="tis",
+        ref_logp=ref,
+        kl_coef=0.05,
+    )
+
+    whole, _ = policy_loss(logp, old, adv, mask, **kw)
+    (whole_grad,) = torch.autograd.grad(whole, logp)
+
+    total = 0.0
+    for rows in [slice(0, 2), slice(2, 3), slice(3, 7)]:
+        width = int(lengths[rows].max())  # each micro-batch drops its own padding columns
+        cols = slice(0, max(width, 1))
+        part, _ = policy_loss(
+            logp[rows, cols],
+            old[rows, cols],
+            adv[rows],
+            mask[rows, cols],
+            **{**kw, "behaviour_logp": mu[rows, cols], "ref_logp": ref[rows, cols]},
+            num_sequences=B,
+            num_tokens=float(mask.sum()),
+        )
+        total = total + part
+    (micro_grad,) = torch.autograd.grad(total, logp)
+    close(total.item(), whole.item(), 1e-6)
+    close(micro_grad, whole_grad, 1e-6)
+    assert whole_grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- entropy
+
+
+def test_token_entropy_by_hand_and_stable():
+    logits = torch.tensor(
+        [[[0.0, math.log(3.0)], [5.0, -float("inf")], [1e4, 1e4 + math.log(3.0)]]]
+    )
+    # p = [1/4, 3/4]: -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.562335145; one-hot -> 0
+    close(token_entropy_from_logits(logits), [[0.562335145, 0.0, 0.562335145]], 1e-5)
+    uniform = torch.zeros(2, 3, 50)
+    close(token_entropy_from_logits(uniform), torch.full((2, 3), math.log(50)), 1e-5)
+
+
+def test_top_entropy_mask():
+    entropy = torch.tensor([[0.1, 0.9, 5.0, 0.5], [0.7, 0.3, 0.2, 9.0]])
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0.0]])  # inactive 5.0 and 9.0 are ignored
+    # 6 active tokens; top half (3) by entropy: 0.9, 0.7, 0.5
+    expected = torch.tensor([[0, 1, 0, 1], [1, 0, 0, 0.0]])
+    assert torch.equal(top_entropy_mask(entropy, mask, 0.5), expected)
+    # ceil(0.2 * 6) = 2 tokens: 0.9 and 0.7
+    assert torch.equal(
+        top_entropy_mask(entropy, mask, 0.2), torch.tensor([[0, 1, 0, 0], [1, 0, 0, 0.0]])
+    )
+    assert torch.equal(top_entropy_mask(entropy, mask, 1.0), mask)
+    assert masked_mean(entropy, top_entropy_mask(entropy, mask, 0.5)).item() == pytest.approx(0.7)
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_presets_are_complete_and_valid():
+    keys = {
+        "advantage_std_normalize",
+        "advantage_leave_one_out",
+        "ratio_level",
+        "clip_low",
+        "clip_high",
+        "aggregation",
+        "norm_length",
+        "kl_coef",
+        "kl_kind",
+        "dynamic_sampling",
+        "overlong_penalty",
+        "overlong_buffer_frac",
+    }
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence"}
+    for preset in PRESETS.values():
+        assert set(preset) == keys
+        assert preset["aggregation"] in AGGREGATIONS
+    assert PRESETS["dapo"]["clip_high"] > PRESETS["dapo"]["clip_low"]
+    assert PRESETS["dapo"]["dynamic_sampling"] and PRESETS["dapo"]["overlong_penalty"]
+    assert PRESETS["dr_grpo"]["aggregation"] == "seq-mean-token-sum-norm"
+    assert not PRESETS["dr_grpo"]["advantage_std_normalize"]
+    assert PRESETS["gspo"]["ratio_level"] == "sequence_mean"
+    assert PRESETS["grpo"]["kl_coef"] > 0
+    # every preset runs through policy_loss
+    logp, old, adv, mask = two_by_three()
+    for preset in PRESETS.values():
+        loss, _ = policy_loss(
+            logp,
+            old,
+            adv,
+            mask,
+            ratio_level=preset["ratio_level"],
+            clip_low=preset["clip_low"],
+            clip_high=preset["clip_high"],
+            aggregation=preset["aggregation"],
+            norm_length=preset["norm_length"] or 3,
+            ref_logp=old,
+            kl_coef=preset["kl_coef"],
+            kl_kind=preset["kl_kind"],
+        )
+        assert torch.isfinite(loss)
