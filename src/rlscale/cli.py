@@ -38,6 +38,8 @@ def run_guarded(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except _user_errors() as exc:
+        if os.environ.get("RLSCALE_DEBUG"):
+            raise  # RLSCALE_DEBUG=1 shows the traceback of what the one line summarises
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
@@ -135,7 +137,10 @@ def eval_command(
     from .rlvr.tasks import make_task
 
     def go():
-        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        try:
+            ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        except ValueError:
+            raise ValueError(f"--k needs comma-separated positive integers, got '{k}'") from None
         if not ks or min(ks) < 1:
             raise ValueError(f"--k needs positive integers, got '{k}'")
         n = samples or max(ks)

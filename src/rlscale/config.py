@@ -6,6 +6,7 @@ that names the field, never a silently ignored typo.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,10 +25,29 @@ class StrictModel(pydantic.BaseModel):
 M = TypeVar("M", bound=StrictModel)
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string; read floats as YAML 1.2
+    and everyone else does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _parse_value(text: str) -> Any:
     # YAML's scalar rules give the natural reading of `lr=1e-4`, `flag=true`, `k=[1,2]`.
     try:
-        return yaml.safe_load(text)
+        return _load_yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -69,7 +89,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""

@@ -22,7 +22,7 @@ from ..runtime import checkpoint as ckpt
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.versions import staleness
 from . import objectives, shaping
-from .config import RLVRConfig
+from .config import LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .model import PromptFormatter, load_model, save_model
 from .rewards import score_completions
@@ -177,10 +177,9 @@ class RLVRRun:
         if resume:
             self._restore()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        resolved = cfg.model_copy(deep=True)
-        dump_config(resolved, self.run_dir / "config.yaml")
-        (self.run_dir / "loss.yaml").write_text(
-            "\n".join(f"{k}: {v}" for k, v in self.loss.items()) + "\n")
+        # config.yaml shows the objective as it runs: the preset's values filled in.
+        dump_config(cfg.model_copy(update={"loss": LossConfig(**self.loss)}),
+                    self.run_dir / "config.yaml")
 
     # -- checkpoints ---------------------------------------------------------------------
     def _restore(self) -> None:

@@ -93,6 +93,15 @@ class PolicyTrainer:
             out.append(completion_logprobs(model, batch.select(idx), self.temperature)[0])
         return torch.cat(out)
 
+    @torch.no_grad()
+    def _top_entropy_rows(self, minibatch: PolicyBatch, rho: float) -> torch.Tensor:
+        """The top-rho entropy tokens of the whole minibatch (not of each micro-batch, so
+        the micro-batch size never changes which tokens get the gradient)."""
+        entropy = torch.cat([
+            completion_logprobs(self.model, minibatch.select(idx), self.temperature, True)[1]
+            for idx in _chunks(torch.arange(len(minibatch)), self.micro_batch_size)])
+        return objectives.top_entropy_mask(entropy, minibatch.mask, rho)
+
     def _loss_kwargs(self) -> dict[str, Any]:
         keys = ("ratio_level", "clip_low", "clip_high", "aggregation", "norm_length",
                 "is_correction", "is_threshold", "kl_coef", "kl_kind")
@@ -118,18 +127,23 @@ class PolicyTrainer:
         entropy_first = torch.zeros_like(batch.mask)
         for epoch in range(self.epochs):
             order = torch.randperm(len(batch), generator=generator)
-            for mb_index in order.chunk(self.minibatches):
+            for mb_index in order.tensor_split(self.minibatches):
                 if len(mb_index) == 0:
                     continue
                 mb_tokens = float(batch.mask[mb_index].sum())
+                chunks = _chunks(mb_index, self.micro_batch_size)
+                keep = (self._top_entropy_rows(batch.select(mb_index), rho)
+                        if rho < 1.0 else None)
                 self.optimizer.zero_grad(set_to_none=True)
-                for idx in _chunks(mb_index, self.micro_batch_size):
+                offset = 0
+                for idx in chunks:
                     micro = batch.select(idx)
                     logp, entropy = completion_logprobs(self.model, micro, self.temperature,
                                                         with_entropy=True)
                     mask = micro.mask
-                    if rho < 1.0:
-                        mask = objectives.top_entropy_mask(entropy.detach(), micro.mask, rho)
+                    if keep is not None:
+                        mask = keep[offset: offset + len(idx)]
+                    offset += len(idx)
                     loss, metrics = objectives.policy_loss(
                         logp, logp.detach() if old_logp is None else old_logp[idx],
                         micro.advantages, mask,

@@ -1,0 +1,111 @@
+"""Verifiers run safely: exceptions and timeouts score 0 and are counted, never fatal."""
+
+import signal
+import time
+
+import pytest
+
+from rlscale.rlvr.rewards import score_completions
+from rlscale.rlvr.tasks import ArithmeticTask, Example
+
+
+class ScriptedTask:
+    """A task whose verifier does what the completion says."""
+
+    name = "scripted"
+
+    def sample(self, split, rng):  # pragma: no cover - unused
+        raise NotImplementedError
+
+    def demonstration(self, example, rng):  # pragma: no cover - unused
+        raise NotImplementedError
+
+    def verify(self, completion: str, example: Example) -> float:
+        if completion == "raise":
+            raise RuntimeError("boom in verifier")
+        if completion == "raise-other":
+            raise KeyError("other")
+        if completion == "loop":
+            while True:
+                pass
+        if completion == "sleep":
+            time.sleep(10)
+        if completion == "stubborn":
+            # a verifier that swallows every Exception (math parsers often do) still stops
+            while True:
+                try:
+                    time.sleep(0.05)
+                except Exception:
+                    pass
+        return float(completion)
+
+
+EX = Example("p", None)
+
+
+def test_normal_rewards_pass_through():
+    scored = score_completions(ScriptedTask(), ["1", "0", "0.25", "1.0"], [EX] * 4)
+    assert scored.rewards == [1.0, 0.0, 0.25, 1.0]
+    assert (scored.errors, scored.timeouts, scored.first_error) == (0, 0, None)
+    assert all(type(r) is float for r in scored.rewards)
+
+
+def test_real_task_rewards():
+    task = ArithmeticTask()
+    examples = [Example("1+2=", 3), Example("2*5=", 10), Example("9+9=", 18)]
+    scored = score_completions(task, ["3", "11", "18 "], examples)
+    assert scored.rewards == [1.0, 0.0, 1.0]
+    assert scored.errors == scored.timeouts == 0
+
+
+def test_exceptions_score_zero_and_are_counted():
+    scored = score_completions(ScriptedTask(), ["1", "raise", "0.5", "raise-other", "nan?"],
+                               [EX] * 5)
+    assert scored.rewards == [1.0, 0.0, 0.5, 0.0, 0.0]
+    assert scored.errors == 3  # "nan?" makes float() raise ValueError
+    assert scored.timeouts == 0
+    assert scored.first_error is not None
+    assert "RuntimeError" in scored.first_error and "boom in verifier" in scored.first_error
+
+
+@pytest.mark.parametrize("kind", ["loop", "sleep", "stubborn"])
+def test_timeouts_score_zero_and_are_counted(kind):
+    start = time.perf_counter()
+    scored = score_completions(ScriptedTask(), ["1", kind, "0.5"], [EX] * 3, timeout_s=0.3)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.5
+    assert scored.rewards == [1.0, 0.0, 0.5]
+    assert scored.timeouts == 1 and scored.errors == 0
+    assert "timed out" in scored.first_error
+
+
+def test_non_finite_rewards_are_errors():
+    scored = score_completions(ScriptedTask(), ["nan", "inf", "-inf", "1"], [EX] * 4)
+    assert scored.rewards == [0.0, 0.0, 0.0, 1.0]
+    assert scored.errors == 3 and scored.timeouts == 0
+    assert "non-finite" in scored.first_error
+
+
+def test_mixed_batch_counts_each_kind():
+    start = time.perf_counter()
+    scored = score_completions(ScriptedTask(), ["loop", "raise", "sleep", "1"], [EX] * 4,
+                               timeout_s=0.3)
+    assert time.perf_counter() - start < 1.5
+    assert scored.rewards == [0.0, 0.0, 0.0, 1.0]
+    assert (scored.timeouts, scored.errors) == (2, 1)
+    assert "timed out" in scored.first_error  # the first problem in batch order
+
+
+def test_timer_and_handler_are_restored():
+    before = signal.getsignal(signal.SIGALRM)
+    score_completions(ScriptedTask(), ["1", "loop"], [EX] * 2, timeout_s=0.2)
+    assert signal.getsignal(signal.SIGALRM) is before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    # a fast verifier leaves no alarm pending that could fire later
+    score_completions(ScriptedTask(), ["1"] * 50, [EX] * 50, timeout_s=0.05)
+    time.sleep(0.1)
+
+
+def test_length_mismatch_is_an_error():
+    with pytest.raises(ValueError):
+        score_completions(ScriptedTask(), ["1", "1"], [EX])
