@@ -167,6 +167,42 @@ def eval_command(
     run_guarded(go)
 
 
+@rlvr_app.command("passk")
+def passk_command(
+    model: Annotated[list[Path], typer.Option(help="model folder; repeat for several")],
+    task: Annotated[str, typer.Option(help="task name")],
+    out: Annotated[Path, typer.Option(help="the plot (PNG); a JSON of the numbers beside it")],
+    k: str = "1,2,4,8,16,32,64",
+    prompts: int = 200,
+    seed: int = 0,
+    max_new_tokens: int = 8,
+    temperature: float = 1.0,
+) -> None:
+    """pass@k against k for several models on one chart (e.g. base against trained)."""
+    from .rlvr.evaluate import evaluate
+    from .rlvr.model import load_model
+    from .rlvr.plots import plot_pass_at_k
+    from .rlvr.tasks import make_task
+
+    def go():
+        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        task_obj = make_task(task)
+        curves = {}
+        for path in model:
+            lm, tokenizer = load_model(path)
+            result = evaluate(lm, tokenizer, task_obj, seed=seed, prompts=prompts,
+                              samples=max(ks), ks=ks, max_new_tokens=max_new_tokens,
+                              temperature=temperature)
+            curves[str(path)] = result.pass_at
+            typer.echo(f"{path}: " + "  ".join(f"pass@{kk} {v:.3f}" for kk, v in result.pass_at.items()))
+        plot_pass_at_k(curves, out, title=f"{task}: pass@k, {prompts} held-out prompts")
+        out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
+        typer.echo(f"plot written to {out}")
+
+    _threads()
+    run_guarded(go)
+
+
 def _mount_zero() -> None:
     try:
         from .zero.commands import app as zero_app

@@ -1,0 +1,211 @@
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlscale.zero.games.go import Go, action_to_gtp
+from rlscale.zero.gtp import COMMANDS, GtpEngine, random_engine
+
+GNUGO = shutil.which("gnugo") or ("/usr/games/gnugo" if Path("/usr/games/gnugo").exists() else None)
+
+
+def ask(engine, command):
+    """(ok, text) of one command sent to an in-process engine."""
+    response = engine.handle(command)
+    assert response.endswith("\n\n") and "\n\n" not in response[:-2]
+    status, _, text = response[:-2].partition(" ")
+    assert status[0] in "=?"
+    return status[0] == "=", text
+
+
+@pytest.fixture
+def engine():
+    return random_engine(seed=0)
+
+
+def test_identity_commands(engine):
+    assert engine.handle("protocol_version") == "= 2\n\n"
+    assert engine.handle("12 name") == "=12 rlscale\n\n"
+    assert ask(engine, "version")[1] == engine.version
+    assert engine.handle("known_command genmove") == "= true\n\n"
+    assert engine.handle("3 known_command fly") == "=3 false\n\n"
+    listed = engine.handle("list_commands")[2:-2].split("\n")
+    assert listed == list(COMMANDS)
+
+
+def test_errors_and_input_cleaning(engine):
+    assert engine.handle("fly") == "? unknown command\n\n"
+    assert engine.handle("7 fly") == "?7 unknown command\n\n"
+    assert engine.handle("") is None and engine.handle("   # only a comment") is None
+    assert engine.handle(" \t name   # trailing comment\r\n") == "= rlscale\n\n"
+    assert engine.handle("na\x01me") == "= rlscale\n\n"
+    assert engine.handle("boardsize 4") == "? unacceptable size\n\n"
+    assert engine.handle("boardsize 20") == "? unacceptable size\n\n"
+    assert ask(engine, "boardsize x")[1].startswith("syntax error")
+    assert ask(engine, "komi abc")[1].startswith("syntax error")
+    assert ask(engine, "play b")[1].startswith("syntax error")
+    assert ask(engine, "play red D4")[1].startswith("syntax error")
+    assert ask(engine, "play b Z9")[1].startswith("syntax error")
+    assert ask(engine, "play b K9")[1] == "syntax error: K9 is off the 9x9 board"
+    assert engine.handle("undo") == "? cannot undo\n\n"
+
+
+def test_play_genmove_undo_and_showboard(engine):
+    assert ask(engine, "play b D4") == (True, "")
+    assert ask(engine, "play w d4") == (False, "illegal move: D4 is occupied")
+    assert ask(engine, "play b E5") == (True, "")  # either colour may play at any time
+    ok, vertex = ask(engine, "genmove w")
+    assert ok and re.fullmatch(r"[A-HJ]\d", vertex)
+    board = ask(engine, "showboard")[1]
+    assert board.startswith("\n") and len(board.strip().splitlines()) == 12
+    assert board.count("X") == 2 and board.count("O") == 1
+    assert ask(engine, "undo") == (True, "")
+    assert ask(engine, "showboard")[1].count("O") == 0
+    assert ask(engine, "clear_board") == (True, "")
+    assert ask(engine, "showboard")[1].count("X") == 0
+    assert ask(engine, "boardsize 13") == (True, "")
+    assert ask(engine, "play w N13") == (True, "")
+    assert engine.game.size == 13 and len(engine.moves) == 1
+
+
+def test_captures_and_suicide(engine):
+    # Black A8 and B9 share their last liberty A9: white A9 captures both.
+    for command in ["b A8", "b B9", "w A7", "w B8", "w C9"]:
+        assert ask(engine, f"play {command}") == (True, "")
+    assert ask(engine, "play w A9") == (True, "")
+    assert ask(engine, "showboard")[1].count("X") == 0
+    # B9 is now surrounded by white stones that keep a liberty (A8): suicide.
+    assert ask(engine, "play b B9") == (False, "illegal move: B9 is suicide")
+
+
+def test_simple_ko_via_gtp(engine):
+    for command in ["b B9", "b C8", "w C9", "w D8", "w E9", "b A9"]:
+        assert ask(engine, f"play {command}") == (True, "")
+    # Black D9 takes white C9; white's immediate recapture at C9 repeats the position.
+    assert ask(engine, "play b D9") == (True, "")
+    refused = "illegal move: C9 repeats an earlier position (superko)"
+    assert ask(engine, "play w C9") == (False, refused)
+    assert ask(engine, "play w J1")[0] and ask(engine, "play b J2")[0]
+    assert ask(engine, "play w C9") == (True, "")
+
+
+def test_komi_and_final_score(engine):
+    assert ask(engine, "final_score") == (True, "W+7.5")
+    assert ask(engine, "komi 6") == (True, "")
+    assert ask(engine, "final_score") == (True, "W+6")
+    assert ask(engine, "boardsize 5") == (True, "")
+    assert ask(engine, "komi 0.5") == (True, "")
+    assert ask(engine, "play b C3") == (True, "")
+    assert ask(engine, "final_score") == (True, "B+24.5")
+    assert ask(engine, "komi 25") == (True, "")  # the position survives a komi change
+    assert ask(engine, "final_score") == (True, "0")
+
+
+def test_move_choice_failures_never_crash():
+    def boom(game, state):
+        raise RuntimeError("network\nexploded")
+
+    engine = GtpEngine(None, boom)
+    failed = "?4 move choice failed: RuntimeError: network exploded\n\n"
+    assert engine.handle("4 genmove b") == failed
+    assert engine.handle("name") == "= rlscale\n\n"
+    occupied = GtpEngine(None, lambda game, state: 40)
+    assert ask(occupied, "play b E5")[0]
+    assert ask(occupied, "genmove w") == (False, "move choice was illegal: E5 is occupied")
+    assert ask(occupied, "showboard")[1].count("O") == 0
+
+
+def test_genmove_after_the_game_ended_passes(engine):
+    assert ask(engine, "play b pass")[0] and ask(engine, "play w pass")[0]
+    assert ask(engine, "genmove b") == (True, "pass")
+    assert ask(engine, "play b D4") == (False, "illegal move: the game is over")
+
+
+def test_run_loop_stops_at_quit(engine):
+    stdin = io.StringIO("1 name\n\n# nothing\nquit\nname\n")
+    stdout = io.StringIO()
+    engine.run(stdin, stdout)
+    assert stdout.getvalue() == "=1 rlscale\n\n=\n\n"
+
+
+# --------------------------------------------------------------------------- GNU Go
+
+
+class GtpProcess:
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1,
+        )
+
+    def handle(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        lines = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"GNU Go exited after {command!r}")
+            if line == "\n" and lines:
+                return "".join(lines) + "\n"
+            lines.append(line)
+
+    def close(self):
+        try:
+            self.handle("quit")
+        finally:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+def our_stones(engine, colour):
+    board = engine.state.board
+    return {action_to_gtp(engine.game.size, int(p)) for p in np.flatnonzero(board == colour)}
+
+
+def gnugo_stones(gnugo, colour):
+    ok, text = ask(gnugo, f"list_stones {colour}")
+    assert ok
+    return set(text.upper().split())
+
+
+def play_against_gnugo(our_colour, seed, max_plies=140):
+    ours = random_engine(seed=seed)
+    gnugo = GtpProcess([GNUGO, "--mode", "gtp", "--level", "1", "--seed", str(seed)])
+    try:
+        for command in ("boardsize 9", "clear_board", "komi 7.5"):
+            assert ask(ours, command)[0] and ask(gnugo, command)[0]
+        passes = 0
+        for ply in range(max_plies):
+            colour = "bw"[ply % 2]
+            mover, other = (ours, gnugo) if colour == our_colour else (gnugo, ours)
+            ok, move = ask(mover, f"genmove {colour}")
+            assert ok, f"genmove {colour} failed: {move}"
+            if move.lower() == "resign":
+                break
+            ok, message = ask(other, f"play {colour} {move}")
+            who = "GNU Go" if other is gnugo else "rlscale"
+            assert ok, f"{who} refused {colour} {move} at ply {ply}: {message}"
+            passes = passes + 1 if move.lower() == "pass" else 0
+            if ply % 10 == 9 or passes == 2:
+                for name, value in (("black", 1), ("white", 2)):
+                    assert our_stones(ours, value) == gnugo_stones(gnugo, name), f"ply {ply}"
+            if passes == 2:
+                break
+        assert re.fullmatch(r"[BW]\+\d+(\.5)?|0", ask(ours, "final_score")[1])
+        return ours, ply + 1
+    finally:
+        gnugo.close()
+
+
+@pytest.mark.skipif(GNUGO is None, reason="GNU Go not installed (apt-get install gnugo)")
+@pytest.mark.parametrize("our_colour, seed", [("b", 1), ("w", 2)])
+def test_full_games_against_gnugo(our_colour, seed):
+    ours, plies = play_against_gnugo(our_colour, seed)
+    assert plies > 30
+    assert len(ours.moves) == plies  # every move of both sides went through our rules
+    assert isinstance(ours.game, Go) and ours.game.size == 9
