@@ -46,9 +46,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--extras", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     hf_logging.disable_progress_bar()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     if not (args.base / "config.json").exists():
         print(f"building the base model at {args.base}")

@@ -136,11 +136,11 @@ def shaped_rewards(group: RolloutGroup, loss: dict[str, Any], cfg: RLVRConfig) -
         rewards += penalty
         stats["length/adaptive_penalty_mean"] = float(penalty.mean())
     success = group.rewards.view(-1, size).gt(0.5).float().mean(1)
-    correct_len = lengths.view(-1, size)
+    group_lengths = lengths.view(-1, size)
     for bucket in ("easy", "medium", "hard"):
         chosen = [i for i, b in enumerate(shaping.difficulty_buckets(success.tolist())) if b == bucket]
         if chosen:
-            stats[f"length/{bucket}_mean"] = float(correct_len[chosen].mean())
+            stats[f"length/{bucket}_mean"] = float(group_lengths[chosen].mean())
             stats[f"length/{bucket}_share"] = len(chosen) / len(success)
     return rewards, stats
 
