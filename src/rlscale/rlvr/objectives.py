@@ -468,11 +468,13 @@ def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float) -> Tensor:
 # 4096-token buffer on a 20480-token budget.
 
 PRESETS: dict[str, dict] = {
-    # GRPO (Shao et al. 2024, DeepSeekMath): group-normalised advantages (mean and std),
-    # PPO token ratios clipped at 0.2, per-sequence token mean, k3 KL to the reference in
-    # the loss with beta = 0.04.
+    # GRPO (Shao et al. 2024, DeepSeekMath): group-relative advantages, PPO token ratios
+    # clipped at 0.2, per-sequence token mean (1/|y_i|), k3 KL to the reference in the loss
+    # with beta = 0.04. The paper also divides by the group std; our design makes that a
+    # flag, off by default (`loss.advantage_std_normalize=true` restores it), because it
+    # up-weights near-uniform groups (Dr. GRPO's question-difficulty bias).
     "grpo": {
-        "advantage_std_normalize": True,
+        "advantage_std_normalize": False,
         "advantage_leave_one_out": False,
         "ratio_level": "token",
         "clip_low": 0.2,
