@@ -1,0 +1,118 @@
+"""The typed config of `rlscale zero train`, read top to bottom.
+
+Defaults suit tic-tac-toe on a laptop; `configs/zero/*.yaml` override them per game and
+explain their choices in comments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from rlscale.config import StrictModel
+
+
+class GameConfig(StrictModel):
+    name: str = "tictactoe"  # registry name for rlscale.zero.games.make_game
+    kwargs: dict[str, Any] = {}  # e.g. {"size": 9} for Go
+
+
+class NetworkConfig(StrictModel):
+    blocks: int = pydantic.Field(2, ge=0)  # residual blocks
+    channels: int = pydantic.Field(32, ge=1)
+    value_hidden: int = pydantic.Field(32, ge=1)  # width of the value head's hidden layer
+
+
+class MCTSConfig(StrictModel):
+    simulations: int = pydantic.Field(64, ge=1)  # per move (the "full" search, see selfplay)
+    # PUCT: a = argmax Q + c * P * sqrt(N_parent) / (1 + N_child). With c_puct_base set,
+    # c grows with the parent's visits as in AlphaZero: c + log((1 + N + base) / base).
+    c_puct: float = 1.25
+    c_puct_base: float | None = None
+    # First-play urgency: an unvisited child is valued at the parent's mean value minus this
+    # reduction (Leela/KataGo). 0 is neutral; a positive value focuses a small budget on the
+    # moves the prior likes instead of trying every move once.
+    fpu_reduction: float = 0.0
+    # Dirichlet noise on the root prior, self-play only. alpha None -> 10 / (legal moves at
+    # the root), the AlphaZero rule of thumb (0.3 chess, 0.03 Go) applied per position.
+    dirichlet_alpha: float | None = None
+    dirichlet_fraction: float = pydantic.Field(0.25, ge=0.0, le=1.0)
+    # Leaves selected per tree per network call; pending leaves count as `virtual_loss`
+    # losses so the next selection goes elsewhere. 1 = plain sequential MCTS.
+    leaves_per_call: int = pydantic.Field(1, ge=1)
+    virtual_loss: float = 1.0
+    reuse_tree: bool = True  # keep the chosen child's subtree for the next move
+    # Gumbel root search (Danihelka et al. 2022): Gumbel top-k sampling of `gumbel_considered`
+    # root actions, sequential halving over the budget, completed-Q improved policy as the
+    # training target. Strong with few simulations; replaces Dirichlet noise.
+    gumbel: bool = False
+    gumbel_considered: int = pydantic.Field(16, ge=1)
+    gumbel_c_visit: float = 50.0
+    gumbel_c_scale: float = 1.0
+
+
+class SelfPlayConfig(StrictModel):
+    concurrent_games: int = pydantic.Field(128, ge=1)  # trees searched by one network call
+    games_per_iteration: int = pydantic.Field(128, ge=1)  # finished games between updates
+    # Exploration in the opening: for this many plies PUCT samples moves from the visit counts
+    # (tau=1; later the most visited) and Gumbel search adds its Gumbel noise (later none).
+    temperature_moves: int = 4
+    # Playout-cap randomisation (KataGo): with probability full_search_prob a move gets the full
+    # `mcts.simulations` and becomes a training sample; otherwise it gets fast_simulations, no
+    # noise, and is not recorded. None disables it (every move is a full, recorded search).
+    fast_simulations: int | None = None
+    full_search_prob: float = pydantic.Field(1.0, gt=0.0, le=1.0)
+    # Resignation: the player to move resigns when the root value is below the threshold.
+    # A share of games is played out regardless to measure false resignations (logged).
+    resign_threshold: float | None = None
+    resign_playout_share: float = pydantic.Field(0.2, ge=0.0, le=1.0)
+    resign_min_moves: int = 4  # never resign before this ply
+
+
+class ReplayConfig(StrictModel):
+    capacity: int = pydantic.Field(20_000, ge=1)  # the window: FIFO of the last N samples
+    # A short window early (old samples come from a much weaker net): the window grows from
+    # window_start by window_growth new slots per sample added, up to capacity.
+    window_start: int | None = None
+    window_growth: float = pydantic.Field(0.5, ge=0.0)
+    augment: bool = True  # a random board symmetry per sampled position
+
+
+class TrainConfig(StrictModel):
+    seed: int = 0
+    iterations: int = pydantic.Field(50, ge=1)  # self-play + learning rounds
+    max_minutes: float | None = None  # stop early (after a whole iteration) past this time
+    threads: int = pydantic.Field(1, ge=1)  # torch CPU threads
+    batch_size: int = pydantic.Field(256, ge=1)
+    # Learner steps per iteration = new samples * sample_reuse / batch_size: how many times an
+    # average sample is trained on while it is in the window.
+    sample_reuse: float = pydantic.Field(4.0, gt=0.0)
+    min_replay: int = 512  # no updates until the window holds this many samples
+    optimizer: Literal["sgd", "adamw"] = "adamw"
+    lr: float = 2e-3
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 1e-4  # sgd: the L2 term; adamw: decoupled decay
+    # Value target = (1 - m) * z + m * root search value (z is the game outcome).
+    value_target_mix: float = pydantic.Field(0.0, ge=0.0, le=1.0)
+
+
+class CheckpointConfig(StrictModel):
+    every: int = pydantic.Field(10, ge=1)  # iterations between checkpoints
+    keep: int = pydantic.Field(2, ge=1)
+
+
+class ZeroConfig(StrictModel):
+    name: str = "tictactoe"  # run name: the run directory defaults to runs/zero/<name>
+    out: str | None = None  # run directory (overrides the default)
+    game: GameConfig = GameConfig()
+    network: NetworkConfig = NetworkConfig()
+    mcts: MCTSConfig = MCTSConfig()
+    selfplay: SelfPlayConfig = SelfPlayConfig()
+    replay: ReplayConfig = ReplayConfig()
+    train: TrainConfig = TrainConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    def run_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / "zero" / self.name

@@ -1,0 +1,81 @@
+"""The learner: distil the search into the network.
+
+    loss = (v - z)^2  +  cross_entropy(mu, pi)  +  L2
+
+v, pi: the network's value and policy; z: the game outcome (optionally mixed with the
+search's root value), mu: the search policy. The L2 term is the optimiser's weight decay
+(coupled for SGD, as in AlphaZero; decoupled for AdamW).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rlscale.runtime.versions import WeightStore
+from rlscale.zero.config import TrainConfig
+from rlscale.zero.network import PolicyValueNet
+from rlscale.zero.replay import Samples
+
+
+def zero_losses(
+    logits: torch.Tensor, values: torch.Tensor, policy_target: torch.Tensor,
+    value_target: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Per-batch means: value MSE, policy cross-entropy, and the network policy's entropy."""
+    log_pi = F.log_softmax(logits, dim=-1)
+    value_loss = F.mse_loss(values, value_target)
+    policy_loss = -(policy_target * log_pi).sum(-1).mean()
+    entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
+    return {"value_loss": value_loss, "policy_loss": policy_loss, "policy_entropy": entropy}
+
+
+class Learner:
+    def __init__(self, net: PolicyValueNet, config: TrainConfig) -> None:
+        self.net = net
+        self.config = config
+        if config.optimizer == "sgd":
+            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
+                net.parameters(), lr=config.lr, momentum=config.momentum,
+                weight_decay=config.weight_decay,
+            )
+        else:
+            self.optimizer = torch.optim.AdamW(
+                net.parameters(), lr=config.lr, weight_decay=config.weight_decay
+            )
+        self.steps = 0
+
+    def step(self, batch: Samples) -> dict[str, float]:
+        self.net.train()
+        mix = self.config.value_target_mix
+        value_target = (1.0 - mix) * batch.outcome + mix * batch.root_value
+        logits, values = self.net(torch.from_numpy(batch.planes))
+        losses = zero_losses(
+            logits, values, torch.from_numpy(batch.policy),
+            torch.from_numpy(value_target.astype(np.float32)),
+        )
+        loss = losses["value_loss"] + losses["policy_loss"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.steps += 1
+        return {k: float(v.detach()) for k, v in losses.items()}
+
+    def publish(self, store: WeightStore) -> int:
+        return store.publish(self.net.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        # The config wins over the checkpoint, so a resumed run can change its learning rate.
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr
+            group["weight_decay"] = self.config.weight_decay
+            if "momentum" in group:
+                group["momentum"] = self.config.momentum
+        self.steps = state["steps"]

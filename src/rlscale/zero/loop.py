@@ -1,0 +1,263 @@
+"""The AlphaZero training loop: self-play -> replay window -> learner -> new weights.
+
+    for each iteration:
+        actor.sync()                      # newest weights from the store
+        samples = actor.play(G games)     # batched search, samples stamped with the version
+        replay.add(samples)
+        learner trains on the window      # new_samples * sample_reuse / batch_size steps
+        learner.publish(store)            # version += 1
+        log the lenses; checkpoint every K iterations
+
+A checkpoint holds the network, optimiser, replay window, the actor's games in flight (with
+their trees) and every RNG, so a resumed run continues exactly where the original stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rlscale.config import dump_config
+from rlscale.runtime.checkpoint import (
+    atomic_dir,
+    checkpoint_path,
+    latest_checkpoint,
+    prune_checkpoints,
+    rng_state,
+    set_rng_state,
+)
+from rlscale.runtime.metrics import MetricsLogger
+from rlscale.runtime.versions import WeightStore, staleness
+from rlscale.zero.config import ZeroConfig
+from rlscale.zero.games import make_game
+from rlscale.zero.learner import Learner
+from rlscale.zero.network import PolicyValueNet, load_network, save_network
+from rlscale.zero.replay import ReplayWindow
+from rlscale.zero.selfplay import Actor, PlayStats
+
+# Search settings that only make sense in self-play are not saved with the model.
+_SELFPLAY_ONLY = ("dirichlet_alpha", "dirichlet_fraction")
+
+
+@dataclass
+class Counters:
+    iteration: int = 0
+    games: int = 0
+    samples: int = 0
+    learner_steps: int = 0
+    version: int = 0
+    seconds: float = 0.0  # wall time spent in iterations, summed over resumes
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    counters: Counters
+    final_dir: Path
+    last_metrics: dict[str, Any]
+
+
+class ZeroRun:
+    """Everything a run holds; `iterate()` is one round of the loop."""
+
+    def __init__(self, cfg: ZeroConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir()
+        self.game = make_game(cfg.game.name, **cfg.game.kwargs)
+        torch.manual_seed(cfg.train.seed)
+        self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
+        net_args = (self.game.plane_shape, self.game.num_actions, cfg.network.blocks,
+                    cfg.network.channels, cfg.network.value_hidden)
+        self.learner = Learner(PolicyValueNet(*net_args), cfg.train)
+        self.store = WeightStore(self.learner.net.state_dict(), version=0)
+        self.actor = Actor(
+            self.game, PolicyValueNet(*net_args), cfg.mcts, cfg.selfplay, self.store,
+            np.random.default_rng([cfg.train.seed, 1]),
+        )
+        self.replay = ReplayWindow(
+            cfg.replay.capacity, self.game.plane_shape, self.game.num_actions,
+            cfg.replay.window_start, cfg.replay.window_growth,
+        )
+        self.counters = Counters()
+
+    # -- one iteration ------------------------------------------------------------------------
+    def iterate(self) -> dict[str, Any]:
+        cfg = self.cfg
+        start = time.perf_counter()
+        self.actor.sync()
+        samples, play = self.actor.play(cfg.selfplay.games_per_iteration)
+        self.replay.add(samples)
+
+        train_start = time.perf_counter()
+        losses: list[dict[str, float]] = []
+        versions: list[np.ndarray] = []
+        if len(self.replay) >= cfg.train.min_replay:
+            steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
+            augment_with = self.game if cfg.replay.augment else None
+            for _ in range(steps):
+                batch = self.replay.sample(cfg.train.batch_size, self.rng, augment_with)
+                losses.append(self.learner.step(batch))
+                versions.append(batch.policy_version)
+        train_seconds = time.perf_counter() - train_start
+        lag = staleness(self.store.version, np.concatenate(versions)) if versions else {}
+        if losses:
+            self.counters.version = self.learner.publish(self.store)
+
+        c = self.counters
+        c.iteration += 1
+        c.games += play.games
+        c.samples += len(samples)
+        c.learner_steps = self.learner.steps
+        seconds = time.perf_counter() - start
+        c.seconds += seconds
+        return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def model_extra(self) -> dict[str, Any]:
+        mcts = self.cfg.mcts.model_dump()
+        for key in _SELFPLAY_ONLY:
+            mcts.pop(key)
+        return {"mcts": mcts, "run": self.cfg.name, "counters": asdict(self.counters)}
+
+    def save_checkpoint(self) -> Path:
+        path = checkpoint_path(self.run_dir, self.counters.iteration)
+        with atomic_dir(path) as tmp:
+            save_network(self.learner.net, tmp, self.game.name, self.cfg.game.kwargs,
+                         self.model_extra())
+            torch.save({
+                "learner": self.learner.state_dict(),
+                "counters": asdict(self.counters),
+                "rng": rng_state(),
+                "learner_rng": self.rng.bit_generator.state,
+            }, tmp / "trainer.pt")
+            self.replay.save(tmp / "replay.npz")
+            with open(tmp / "actor.pkl", "wb") as f:
+                pickle.dump(self.actor.state_dict(), f)
+        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
+        return path
+
+    def load_checkpoint(self, path: Path) -> None:
+        net, _ = load_network(path, self.game.name, self.cfg.game.kwargs)
+        self.learner.net.load_state_dict(net.state_dict())
+        state = torch.load(path / "trainer.pt", weights_only=False)
+        self.learner.load_state_dict(state["learner"])
+        self.counters = Counters(**state["counters"])
+        set_rng_state(state["rng"])
+        self.rng.bit_generator.state = state["learner_rng"]
+        self.store = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
+        self.actor.weights = self.store
+        self.replay.load(path / "replay.npz")
+        with open(path / "actor.pkl", "rb") as f:
+            actor_state = pickle.load(f)
+        # Games in flight carry over unless the resumed config asks for another number.
+        if len(actor_state["slots"]) == self.cfg.selfplay.concurrent_games:
+            self.actor.load_state_dict(actor_state)
+
+    def save_final(self) -> Path:
+        final = self.run_dir / "final"
+        with atomic_dir(final) as tmp:
+            save_network(self.learner.net, tmp, self.game.name, self.cfg.game.kwargs,
+                         self.model_extra())
+        return final
+
+
+def _lens_metrics(
+    play: PlayStats,
+    losses: list[dict[str, float]],
+    lag: dict[str, float],
+    samples: Any,
+    replay: ReplayWindow,
+    c: Counters,
+    seconds: float,
+    train_seconds: float,
+) -> dict[str, Any]:
+    outcomes = np.array(play.outcomes)
+    m: dict[str, Any] = {}
+    # credit assignment: is the value learnable and are outcomes balanced?
+    if losses:
+        m["credit/value_loss"] = float(np.mean([x["value_loss"] for x in losses]))
+    m["credit/outcome_p0_win"] = float((outcomes > 0).mean())
+    m["credit/outcome_draw"] = float((outcomes == 0).mean())
+    m["credit/outcome_p1_win"] = float((outcomes < 0).mean())
+    # bias-variance: how far the search moves from the prior, how well the net follows it
+    if losses:
+        m["bias_variance/policy_loss"] = float(np.mean([x["policy_loss"] for x in losses]))
+    m["bias_variance/search_prior_kl"] = play.kl_sum / max(len(samples), 1)
+    # moving distribution: the policy's entropy and the games it plays
+    if losses:
+        m["moving/policy_entropy"] = float(np.mean([x["policy_entropy"] for x in losses]))
+    m["moving/game_length"] = float(np.mean(play.lengths))
+    # staleness: version lag of the replay samples trained on
+    m.update(lag)
+    # resignation
+    if play.resigned or play.playout_would_resign:
+        m["selfplay/resigned_share"] = play.resigned / max(play.games, 1)
+        m["selfplay/false_resign_rate"] = play.false_resignations / max(play.playout_would_resign, 1)
+    # speed and counters
+    m["speed/games_per_hour"] = play.games / seconds * 3600.0
+    m["speed/simulations_per_second"] = play.simulations / max(play.seconds, 1e-9)
+    m["speed/selfplay_seconds"] = play.seconds
+    m["speed/train_seconds"] = train_seconds
+    m["replay/size"] = len(replay)
+    m["replay/window"] = replay.window()
+    m["counters/games"] = c.games
+    m["counters/samples"] = c.samples
+    m["counters/learner_steps"] = c.learner_steps
+    m["counters/version"] = c.version
+    m["counters/seconds"] = c.seconds
+    return m
+
+
+def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> TrainResult:
+    """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes)."""
+    torch.set_num_threads(cfg.train.threads)
+    run = ZeroRun(cfg)
+    run_dir = run.run_dir
+    resumed_from = None
+    if resume:
+        resumed_from = latest_checkpoint(run_dir)
+        if resumed_from is not None:
+            run.load_checkpoint(resumed_from)
+    elif latest_checkpoint(run_dir) is not None:
+        raise FileExistsError(
+            f"{run_dir} already holds checkpoints: pass --resume, or --out a new directory"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, run_dir / "config.yaml")
+    logger = MetricsLogger(
+        run_dir, resume_step=run.counters.iteration if resumed_from is not None else None
+    )
+    started = time.perf_counter()
+    metrics: dict[str, Any] = {}
+    columns = (TextColumn("[bold]zero[/] {task.description}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, disable=not progress) as bar:
+            task = bar.add_task(cfg.name, total=cfg.train.iterations,
+                                completed=run.counters.iteration)
+            while run.counters.iteration < cfg.train.iterations:
+                metrics = logger.log(run.counters.iteration + 1, run.iterate())
+                bar.update(task, completed=run.counters.iteration, description=(
+                    f"{cfg.name} games {run.counters.games} "
+                    f"vloss {metrics.get('credit/value_loss', float('nan')):.3f} "
+                    f"ploss {metrics.get('bias_variance/policy_loss', float('nan')):.3f}"
+                ))
+                last = run.counters.iteration >= cfg.train.iterations
+                out_of_time = (cfg.train.max_minutes is not None
+                               and time.perf_counter() - started > 60 * cfg.train.max_minutes)
+                if run.counters.iteration % cfg.checkpoint.every == 0 or last or out_of_time:
+                    run.save_checkpoint()
+                if out_of_time:
+                    break
+    finally:
+        logger.close()
+    final = run.save_final()
+    return TrainResult(run_dir, run.counters, final, metrics)

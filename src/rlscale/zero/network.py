@@ -1,0 +1,179 @@
+"""The residual policy-value network of AlphaZero, and its on-disk format.
+
+    planes [B, P, H, W] -> stem (conv3x3, BN, ReLU) -> `blocks` residual blocks of `channels`
+        -> policy head: conv1x1 (2) -> BN -> ReLU -> linear -> logits [B, num_actions]
+        -> value head:  conv1x1 (1) -> BN -> ReLU -> linear (hidden) -> ReLU -> linear -> tanh
+
+A saved network is a folder with `model.safetensors` (the weights) and `model.json` (the
+game, its keyword arguments such as the Go board size, and the architecture), so a model can
+be loaded with no code beyond this file and refuses to load for the wrong game.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+WEIGHTS_FILE = "model.safetensors"
+META_FILE = "model.json"
+FORMAT_VERSION = 1
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(x + y)
+
+
+class PolicyValueNet(nn.Module):
+    def __init__(
+        self,
+        plane_shape: tuple[int, int, int],
+        num_actions: int,
+        blocks: int = 5,
+        channels: int = 64,
+        value_hidden: int = 64,
+    ) -> None:
+        super().__init__()
+        planes, height, width = plane_shape
+        self.plane_shape = tuple(plane_shape)
+        self.num_actions = num_actions
+        self.arch = {"blocks": blocks, "channels": channels, "value_hidden": value_hidden}
+        self.stem = nn.Sequential(
+            nn.Conv2d(planes, channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(),
+        )
+        self.tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
+        self.policy_head = nn.Sequential(
+            nn.Conv2d(channels, 2, 1, bias=False),
+            nn.BatchNorm2d(2),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(2 * height * width, num_actions),
+        )
+        self.value_head = nn.Sequential(
+            nn.Conv2d(channels, 1, 1, bias=False),
+            nn.BatchNorm2d(1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(height * width, value_hidden),
+            nn.ReLU(),
+            nn.Linear(value_hidden, 1),
+        )
+
+    def forward(self, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy logits [B, A], value [B] in [-1, 1] from the view of the player to move)."""
+        x = self.tower(self.stem(planes))
+        return self.policy_head(x), torch.tanh(self.value_head(x)).squeeze(-1)
+
+    @torch.inference_mode()
+    def evaluate(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The search's evaluator: (priors [B, A] float32, values [B] float32).
+
+        Priors are a softmax over all actions; the search masks illegal ones and renormalises.
+        The network is put in eval mode (BatchNorm running statistics) for the call.
+        """
+        was_training = self.training
+        self.eval()
+        logits, values = self(torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)))
+        if was_training:
+            self.train()
+        priors = torch.softmax(logits, dim=-1)
+        return priors.numpy(), values.numpy()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@dataclass
+class ModelMeta:
+    """What `model.json` holds: enough to rebuild the network and to refuse a wrong game."""
+
+    game: str
+    game_kwargs: dict[str, Any]
+    plane_shape: list[int]
+    num_actions: int
+    blocks: int
+    channels: int
+    value_hidden: int = 64
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the search settings used
+
+    def describe_game(self) -> str:
+        return describe_game(self.game, self.game_kwargs)
+
+
+def describe_game(name: str, kwargs: dict[str, Any]) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+    return f"{name}({args})" if args else name
+
+
+def save_network(
+    net: PolicyValueNet,
+    path: str | Path,
+    game: str,
+    game_kwargs: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Write `model.safetensors` + `model.json` into the folder `path` (created if needed)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    meta = ModelMeta(
+        game=game,
+        game_kwargs=dict(game_kwargs or {}),
+        plane_shape=list(net.plane_shape),
+        num_actions=net.num_actions,
+        blocks=net.arch["blocks"],
+        channels=net.arch["channels"],
+        value_hidden=net.arch["value_hidden"],
+        extra=dict(extra or {}),
+    )
+    tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    save_file(tensors, str(path / WEIGHTS_FILE))
+    (path / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
+
+
+def read_meta(path: str | Path) -> ModelMeta:
+    meta_path = Path(path) / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no {META_FILE} in {path}: not a saved rlscale Zero network")
+    return ModelMeta(**json.loads(meta_path.read_text()))
+
+
+def load_network(
+    path: str | Path,
+    game: str | None = None,
+    game_kwargs: dict[str, Any] | None = None,
+) -> tuple[PolicyValueNet, ModelMeta]:
+    """Rebuild a saved network. If `game` is given, the checkpoint must be for that game and
+    those keyword arguments (e.g. Go size); otherwise a one-line ValueError names both."""
+    meta = read_meta(path)
+    if game is not None:
+        wanted = describe_game(game, dict(game_kwargs or {}))
+        if wanted != meta.describe_game():
+            raise ValueError(
+                f"checkpoint {path} is for {meta.describe_game()}, not for {wanted}"
+            )
+    net = PolicyValueNet(
+        tuple(meta.plane_shape), meta.num_actions, meta.blocks, meta.channels, meta.value_hidden
+    )
+    net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
+    net.eval()
+    return net, meta

@@ -1,0 +1,127 @@
+"""The replay window: a FIFO of the last N self-play positions, sampled with symmetries.
+
+Each sample is (planes, search policy mu, outcome z, root value, policy_version): z and the
+root value are from the view of the player to move in that position; policy_version is the
+version of the weights whose search produced mu, so the learner can measure staleness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlscale.zero.games.base import Game
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A batch of positions (what the actor emits and what the learner consumes)."""
+
+    planes: np.ndarray  # [n, *plane_shape] float32
+    policy: np.ndarray  # [n, A] float32, the search's distribution mu
+    outcome: np.ndarray  # [n] float32, z in {-1, 0, 1} from the view of the player to move
+    root_value: np.ndarray  # [n] float32, the search's value of the position (same view)
+    policy_version: np.ndarray  # [n] int64
+
+    def __len__(self) -> int:
+        return len(self.outcome)
+
+    @staticmethod
+    def concat(parts: list[Samples]) -> Samples:
+        return Samples(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
+
+
+_FIELDS = ("planes", "policy", "outcome", "root_value", "policy_version")
+
+
+class ReplayWindow:
+    """Ring buffer of `capacity` samples; sampling draws from the newest `window()` of them.
+
+    With `window_start` set, the window starts short and grows by `window_growth` slots per
+    added sample (up to capacity): early samples come from a nearly random network and
+    should leave the window quickly, later ones stay useful for longer (as in KataGo).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        plane_shape: tuple[int, ...],
+        num_actions: int,
+        window_start: int | None = None,
+        window_growth: float = 0.5,
+    ) -> None:
+        self.capacity = capacity
+        self.window_start = window_start
+        self.window_growth = window_growth
+        self.planes = np.zeros((capacity, *plane_shape), np.float32)
+        self.policy = np.zeros((capacity, num_actions), np.float32)
+        self.outcome = np.zeros(capacity, np.float32)
+        self.root_value = np.zeros(capacity, np.float32)
+        self.policy_version = np.zeros(capacity, np.int64)
+        self.total_added = 0  # ever; the next write goes to total_added % capacity
+
+    def __len__(self) -> int:
+        return min(self.total_added, self.capacity)
+
+    def window(self) -> int:
+        """How many of the newest samples are eligible for sampling now."""
+        size = len(self)
+        if self.window_start is None:
+            return size
+        grown = self.window_start + self.window_growth * max(0, self.total_added - self.window_start)
+        return min(size, int(grown))
+
+    def add(self, samples: Samples) -> None:
+        n = len(samples)
+        if n == 0:
+            return
+        if n > self.capacity:  # only the newest fit
+            samples = Samples(*(getattr(samples, f)[-self.capacity :] for f in _FIELDS))
+            self.total_added += n - self.capacity
+            n = self.capacity
+        idx = (self.total_added + np.arange(n)) % self.capacity
+        for f in _FIELDS:
+            getattr(self, f)[idx] = getattr(samples, f)
+        self.total_added += n
+
+    def newest_indices(self, count: int) -> np.ndarray:
+        return (self.total_added - 1 - np.arange(count)) % self.capacity
+
+    def sample(
+        self, batch_size: int, rng: np.random.Generator, game: Game | None = None
+    ) -> Samples:
+        """Uniform over the window; with `game`, each position gets one of its symmetries at
+        random (planes and policy transformed together)."""
+        window = self.window()
+        if window == 0:
+            raise ValueError("cannot sample from an empty replay window")
+        idx = self.newest_indices(window)[rng.integers(window, size=batch_size)]
+        planes, policy = self.planes[idx].copy(), self.policy[idx].copy()
+        if game is not None:
+            for i in range(batch_size):
+                variants = game.symmetries(planes[i], policy[i])
+                planes[i], policy[i] = variants[rng.integers(len(variants))]
+        return Samples(
+            planes, policy, self.outcome[idx].copy(), self.root_value[idx].copy(),
+            self.policy_version[idx].copy(),
+        )
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Save the samples in age order (oldest first) to an .npz file."""
+        order = self.newest_indices(len(self))[::-1]
+        np.savez_compressed(
+            path,
+            total_added=np.int64(self.total_added),
+            **{f: getattr(self, f)[order] for f in _FIELDS},
+        )
+
+    def load(self, path: str | Path) -> None:
+        with np.load(path) as data:
+            total_added = int(data["total_added"])
+            stored = Samples(*(data[f] for f in _FIELDS))
+        self.total_added = total_added - len(stored)
+        self.add(stored)
+        assert self.total_added == total_added

@@ -1,0 +1,256 @@
+"""Self-play, the replay window, checkpoint/resume, the CLI, and tic-tac-toe to perfect play."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rlscale.config import load_config
+from rlscale.runtime.versions import WeightStore
+from rlscale.zero.commands import app
+from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
+from rlscale.zero.games import make_game
+from rlscale.zero.loop import train
+from rlscale.zero.network import PolicyValueNet
+from rlscale.zero.replay import ReplayWindow, Samples
+from rlscale.zero.selfplay import Actor, load_agent
+
+torch.set_num_threads(1)
+TTT = make_game("tictactoe")
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "zero"
+
+
+def _samples(n: int, start: int = 0) -> Samples:
+    return Samples(
+        np.full((n, 3, 3, 3), 0, np.float32) + np.arange(start, start + n)[:, None, None, None],
+        np.full((n, 9), 1 / 9, np.float32),
+        np.ones(n, np.float32), np.zeros(n, np.float32), np.arange(start, start + n),
+    )
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def test_replay_is_a_fifo_window_and_round_trips(tmp_path):
+    replay = ReplayWindow(10, (3, 3, 3), 9)
+    replay.add(_samples(7))
+    replay.add(_samples(7, start=7))
+    assert len(replay) == 10 and replay.total_added == 14
+    batch = replay.sample(200, np.random.default_rng(0))
+    assert set(batch.policy_version.tolist()) == set(range(4, 14))  # the newest 10
+    assert (batch.planes[:, 0, 0, 0] == batch.policy_version).all()
+    replay.save(tmp_path / "replay.npz")
+    again = ReplayWindow(10, (3, 3, 3), 9)
+    again.load(tmp_path / "replay.npz")
+    assert again.total_added == 14
+    for name in ("planes", "policy", "outcome", "policy_version"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(replay, name))
+    grown = ReplayWindow(10, (3, 3, 3), 9, window_start=4, window_growth=0.5)
+    grown.add(_samples(8))
+    assert grown.window() == 6  # 4 + 0.5 * (8 - 4)
+    assert set(grown.sample(100, np.random.default_rng(0)).policy_version) <= set(range(2, 8))
+
+
+@pytest.mark.parametrize("name", ["tictactoe", "connect4"])
+def test_replay_symmetry_augmentation_keeps_policy_consistent(name):
+    game = make_game(name)
+    rng = np.random.default_rng(0)
+    state = game.initial_state()
+    for _ in range(3):  # an asymmetric position
+        legal = np.flatnonzero(game.legal_mask(state))
+        state = game.apply(state, int(legal[rng.integers(legal.size)]))
+    legal = game.legal_mask(state)
+    # Policy: all mass on the lowest-numbered legal move; plane 0 gets a marker cell that
+    # moves with that action, so planes and policy must agree after any symmetry.
+    action = int(np.flatnonzero(legal)[0])
+    planes = game.planes(state)
+    planes[0] = 0.0
+    if name == "tictactoe":
+        planes[0].flat[action] = 1.0
+    else:
+        planes[0, 0, action] = 1.0  # top cell of the column
+    policy = np.zeros(game.num_actions, np.float32)
+    policy[action] = 1.0
+    replay = ReplayWindow(4, game.plane_shape, game.num_actions)
+    replay.add(Samples(planes[None], policy[None], np.ones(1, np.float32),
+                       np.zeros(1, np.float32), np.zeros(1, np.int64)))
+    batch = replay.sample(64, rng, game)
+    seen = set()
+    for p, pi in zip(batch.planes, batch.policy, strict=True):
+        assert pi.sum() == pytest.approx(1.0) and pi.max() == 1.0
+        where = int(np.argmax(pi))
+        marker = np.argwhere(p[0] == 1.0)[0]
+        if name == "tictactoe":
+            assert where == marker[0] * 3 + marker[1]
+        else:
+            assert where == marker[1]
+        # The stones move with the marker: every variant is a symmetry of the original.
+        assert sorted(p[1].ravel()) == sorted(planes[1].ravel())
+        seen.add(p.tobytes())
+    assert len(seen) == (8 if name == "tictactoe" else 2)
+
+
+# -- the actor ------------------------------------------------------------------------------
+
+
+def test_actor_plays_games_and_stamps_versions():
+    torch.manual_seed(0)
+    net = PolicyValueNet(TTT.plane_shape, 9, 1, 8)
+    store = WeightStore(net.state_dict(), version=3)
+    actor = Actor(TTT, PolicyValueNet(TTT.plane_shape, 9, 1, 8), MCTSConfig(simulations=16),
+                  SelfPlayConfig(concurrent_games=8, games_per_iteration=10), store,
+                  np.random.default_rng(0))
+    assert actor.sync() == 3
+    samples, stats = actor.play(10)
+    assert stats.games >= 10 and len(samples) == stats.positions == sum(stats.lengths)
+    assert (samples.policy_version == 3).all()
+    np.testing.assert_allclose(samples.policy.sum(-1), 1.0, rtol=1e-5)
+    assert set(np.unique(samples.outcome)) <= {-1.0, 0.0, 1.0}
+    # z is from the view of the player to move: in a decided game it alternates sign.
+    marks = samples.planes[:, :2].sum((1, 2, 3))
+    first = np.flatnonzero(marks == 0)
+    for start, stop in zip(first, list(first[1:]) + [len(samples)], strict=True):
+        z = samples.outcome[start:stop]
+        assert (z[::2] == z[0]).all() and (z[1::2] == -z[0]).all()
+    store.publish(net.state_dict())
+    assert actor.sync() == 4
+
+
+def test_resignation_is_counted_and_checked():
+    net = PolicyValueNet(TTT.plane_shape, 9, 1, 8)
+    store = WeightStore(net.state_dict())
+    cfg = SelfPlayConfig(concurrent_games=16, resign_threshold=0.5, resign_min_moves=0,
+                         resign_playout_share=0.5)
+    actor = Actor(TTT, PolicyValueNet(TTT.plane_shape, 9, 1, 8), MCTSConfig(simulations=8),
+                  cfg, store, np.random.default_rng(0))
+    actor.sync()
+    _, stats = actor.play(32)
+    # With a threshold above any untrained value, everyone who may resign does at once.
+    assert stats.resigned > 0 and stats.playout_would_resign > 0
+    assert 0 <= stats.false_resignations <= stats.playout_would_resign
+
+
+# -- the loop: checkpoint / resume, CLI ---------------------------------------------------------
+
+
+def _tiny(out: Path, iterations: int) -> ZeroConfig:
+    return load_config(ZeroConfig, None, [
+        f"out={out}", f"train.iterations={iterations}", "network.blocks=1", "network.channels=8",
+        "mcts.simulations=8", "selfplay.concurrent_games=8", "selfplay.games_per_iteration=8",
+        "train.min_replay=32", "train.batch_size=32", "checkpoint.every=2", "checkpoint.keep=3",
+    ])
+
+
+def test_checkpoint_and_exact_resume(tmp_path):
+    straight = train(_tiny(tmp_path / "a", 4), progress=False)
+    train(_tiny(tmp_path / "b", 2), progress=False)
+    with pytest.raises(FileExistsError):
+        train(_tiny(tmp_path / "b", 4), progress=False)
+    resumed = train(_tiny(tmp_path / "b", 4), resume=True, progress=False)
+    a, b = straight.counters, resumed.counters
+    assert (a.iteration, a.games, a.samples, a.learner_steps, a.version) == (
+        b.iteration, b.games, b.samples, b.learner_steps, b.version)
+    assert a.iteration == 4 and a.learner_steps > 0
+    wa = load_agent(straight.final_dir).net.state_dict()
+    wb = load_agent(resumed.final_dir).net.state_dict()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)
+    rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert "credit/value_loss" in rows[-1] and "staleness/lag_mean" in rows[-1]
+    ckpts = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
+    assert ckpts == ["step_000002", "step_000004"]
+    assert (tmp_path / "b" / "config.yaml").is_file()
+
+
+def test_cli_train_and_config_errors(tmp_path):
+    runner = CliRunner()
+    args = ["train", str(CONFIGS / "tictactoe.yaml"), "train.iterations=1", "mcts.simulations=4",
+            "selfplay.concurrent_games=4", "selfplay.games_per_iteration=4", "network.blocks=1",
+            "--out", str(tmp_path / "run"), "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "final" / "model.json").is_file()
+    bad = runner.invoke(app, ["train", str(CONFIGS / "tictactoe.yaml"), "mcts.simulationz=4"])
+    assert bad.exit_code == 2 and "mcts.simulationz" in bad.output
+
+
+# -- the headline: tic-tac-toe to perfect play --------------------------------------------------
+
+
+@functools.cache
+def _minimax(state) -> int:
+    """Exact value for the player to move: +1 win, 0 draw, -1 loss."""
+    if TTT.is_terminal(state):
+        outcome = TTT.outcome(state)
+        return int(outcome if TTT.to_play(state) == 0 else -outcome)
+    return max(-_minimax(TTT.apply(state, int(a))) for a in np.flatnonzero(TTT.legal_mask(state)))
+
+
+def _minimax_moves(state) -> list[int]:
+    """Every optimal move: a minimax player with any tie-break plays one of these."""
+    values = {int(a): -_minimax(TTT.apply(state, int(a)))
+              for a in np.flatnonzero(TTT.legal_mask(state))}
+    best = max(values.values())
+    return [a for a, v in values.items() if v == best]
+
+
+def _games_lost(choose, agent_player: int) -> tuple[int, int]:
+    """Play the agent against minimax over all minimax tie-breaks; (games lost, games)."""
+    lost = games = 0
+    stack = [TTT.initial_state()]
+    while stack:
+        state = stack.pop()
+        if TTT.is_terminal(state):
+            games += 1
+            outcome = TTT.outcome(state) * (1 if agent_player == 0 else -1)
+            lost += outcome < 0
+        elif TTT.to_play(state) == agent_player:
+            stack.append(TTT.apply(state, choose(state)))
+        else:
+            stack.extend(TTT.apply(state, a) for a in _minimax_moves(state))
+    return lost, games
+
+
+@pytest.mark.slow
+def test_tictactoe_training_reaches_perfect_play(tmp_path):
+    result = CliRunner().invoke(app, [
+        "train", str(CONFIGS / "tictactoe.yaml"), "--out", str(tmp_path / "ttt"), "--no-progress",
+    ])
+    assert result.exit_code == 0, result.output
+    agent = load_agent(tmp_path / "ttt")
+    assert agent.mcts.simulations == 32 and agent.mcts.dirichlet_fraction == 0.25  # defaults
+    for simulations in (32, 64):
+        cache: dict = {}
+
+        def choose(state, simulations=simulations, cache=cache):
+            if state not in cache:
+                cache[state] = agent.choose(state, simulations)
+            return cache[state]
+
+        for player in (0, 1):
+            lost, games = _games_lost(choose, player)
+            assert games > 1 and lost == 0, f"lost {lost}/{games} as player {player} at {simulations}"
+    rows = [json.loads(x) for x in (tmp_path / "ttt" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["credit/outcome_draw"] > 0.5  # self-play has converged to draws
+
+
+def test_shipped_connect4_model_loads_and_plays():
+    shipped = Path(__file__).resolve().parents[2] / "src/rlscale/zero/models/connect4"
+    if not (shipped / "model.json").is_file():
+        pytest.skip("no shipped Connect Four model")
+    agent = load_agent(shipped)
+    assert agent.game.name == "connect4" and agent.mcts.simulations >= 1
+    c4 = agent.game
+    state = c4.initial_state()
+    for a in (0, 0, 1, 1, 2, 2):  # player 0 to move wins in column 4
+        state = c4.apply(state, a)
+    assert agent.choose(state, simulations=64) == 3
+    assert c4.legal_mask(state)[agent.choose(state, simulations=0)]
+    assert sum(f.stat().st_size for f in shipped.iterdir()) < 4_000_000
