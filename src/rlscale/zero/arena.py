@@ -1,0 +1,729 @@
+"""Matches between agents, Elo with confidence intervals, baselines, solver agreement and the
+test-time compute curve.
+
+Agents. Anything with `name`, `act(game, state) -> action` and `act_many(game, states) ->
+actions` plays: `RandomAgent` (uniform over legal moves), `PureMCTSAgent` (UCT with uniformly
+random playouts, no knowledge), `NetworkAgent` (a saved network: its raw policy with 0
+simulations, else its search with N simulations, no noise) and `SolverAgent` (perfect
+Connect Four). `act_many` is where batching pays: a `NetworkAgent` searches every position of
+the call in ONE batched search (one network call per simulation step over all trees), so a
+match moves all its games at once.
+
+Matches (`play_match`). Games come in pairs that share an opening of `opening_plies` uniformly
+random moves (distinct openings while there are enough of them), once with each agent moving
+first. Without this, two deterministic agents (a network with no noise, the solver) would
+replay one game `games` times. The openings are drawn from `seed` alone, so matches with the
+same seed (the points of a compute curve) are played from the same openings.
+
+Elo (`elo_difference`). Logistic model: a score s is worth 400 log10(s / (1 - s)) Elo. The 95%
+interval is the Wilson score interval of s over the n games, mapped through the same curve.
+Counting a draw as half a win in a binomial model overstates the variance when there are draws,
+so the interval is slightly conservative. A 0% or 100% score has no finite Elo: the estimate
+is -inf/+inf and the interval's finite end is the bound to report ("> +431").
+
+Solver agreement (`solver_agreement`). On the benchmark positions of `shared/data/connect4`, a
+move is a mistake when another legal move has a strictly better perfect-play outcome
+(win > draw > loss, `solver.move_values(weak=True)`); the agreement is the share of positions
+with no mistake. Faster wins and slower losses are not asked for.
+
+Test-time compute (`compute_curve`). The same network with 0, 1, 2, 4, ... simulations
+against its own raw policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numba import njit
+
+from rlscale.zero.games.base import Game, IllegalMove
+
+DEFAULT_OPENING_PLIES = 2
+CURVE_SIMULATIONS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800)
+AGREEMENT_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2")
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+
+def connect4_data_dir() -> Path:
+    """`<repo>/../shared/data/connect4`, the solver benchmark positions."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4"
+
+
+def shipped_model(game: str) -> Path:
+    """Where the package ships the trained model of `game` (it may not exist)."""
+    return MODELS_DIR / game
+
+
+# -- agents ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    def act(self, game: Game, state: Any) -> int:
+        """The move to play in `state` (never called on a terminal state)."""
+
+    def act_many(self, game: Game, states: Sequence[Any]) -> np.ndarray:
+        """The moves for many positions at once (one batched search where that helps)."""
+
+
+class _OneByOne:
+    """`act_many` by calling `act` per position, for agents with nothing to batch."""
+
+    def act_many(self, game: Game, states: Sequence[Any]) -> np.ndarray:
+        return np.array([self.act(game, s) for s in states], dtype=np.int64)
+
+
+class RandomAgent(_OneByOne):
+    """Uniform over the legal moves."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.name = "random"
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, game: Game, state: Any) -> int:
+        legal = np.flatnonzero(game.legal_mask(state))
+        return int(legal[self.rng.integers(legal.size)])
+
+
+class FirstLegalAgent(_OneByOne):
+    """The lowest-numbered legal move: a deterministic agent for tests."""
+
+    name = "first-legal"
+
+    def act(self, game: Game, state: Any) -> int:
+        return int(np.flatnonzero(game.legal_mask(state))[0])
+
+
+class SolverAgent(_OneByOne):
+    """Perfect Connect Four: a move of the best exact score (fastest win, slowest loss)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.name = "solver"
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, game: Game, state: Any) -> int:
+        from rlscale.zero.solver import best_moves
+
+        if game.name != "connect4":
+            raise ValueError(f"the solver agent plays connect4, not {game.name}")
+        best = best_moves(state)
+        return int(best[self.rng.integers(len(best))])
+
+
+# Pure MCTS: UCT (UCB1 selection, one node added per simulation, uniformly random playout,
+# most-visited move), the knowledge-free baseline of AlphaZero papers and of OpenSpiel's
+# MCTSBot. Values are in [-1, 1]; c = 2 is the uct_c of OpenSpiel's MCTS example on that
+# scale. Measured at 1000 simulations on Connect Four, c in {0.7, 1, 1.4, 3} against c = 2
+# came out within +-35 Elo (60 games each, all inside the 95% intervals).
+DEFAULT_UCT_C = 2.0
+
+
+class _UctNode:
+    __slots__ = ("state", "mover", "children", "untried", "visits", "value", "terminal", "result")
+
+    def __init__(self, state: Any, mover: int, game: Game, rng: np.random.Generator) -> None:
+        self.state = state
+        self.mover = mover  # the player whose move led here; `value` is from their view
+        self.children: list[tuple[int, _UctNode]] = []
+        self.terminal = game.is_terminal(state)
+        self.result = game.outcome(state) if self.terminal else 0.0  # player 0's view
+        untried = np.flatnonzero(game.legal_mask(state)).tolist() if not self.terminal else []
+        rng.shuffle(untried)
+        self.untried: list[int] = untried
+        self.visits = 0
+        self.value = 0.0
+
+
+class PureMCTSAgent(_OneByOne):
+    """UCT with `simulations` uniformly random playouts per move (no network, no priors).
+
+    Connect Four playouts run in a compiled bitboard loop; other games play out through the
+    Game protocol. Each move searches a fresh tree."""
+
+    def __init__(self, simulations: int = 1000, seed: int = 0, uct_c: float = DEFAULT_UCT_C):
+        if simulations < 1:
+            raise ValueError("pure MCTS needs at least 1 simulation")
+        self.simulations, self.uct_c = simulations, uct_c
+        self.name = f"mcts:{simulations}"
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, game: Game, state: Any) -> int:
+        rng = self.rng
+        fast = game.name == "connect4"
+        if fast:
+            _seed_numba(int(rng.integers(2**31)))
+        root = _UctNode(state, -1, game, rng)
+        log, sqrt, c = math.log, math.sqrt, self.uct_c
+        for _ in range(self.simulations):
+            node, path = root, [root]
+            while not node.untried and node.children:
+                scale = c * sqrt(log(node.visits))
+                best, best_score = None, -math.inf
+                for _, child in node.children:
+                    score = child.value / child.visits + scale / sqrt(child.visits)
+                    if score > best_score:
+                        best, best_score = child, score
+                node = best
+                path.append(node)
+            if node.untried:
+                action = node.untried.pop()
+                child = _UctNode(game.apply(node.state, action), game.to_play(node.state), game,
+                                 rng)
+                node.children.append((action, child))
+                node = child
+                path.append(node)
+            if node.terminal:
+                result = node.result
+            elif fast:
+                result = _connect4_playout_result(node.state)
+            else:
+                result = _playout(game, node.state, rng)
+            for n in path:
+                n.visits += 1
+                n.value += result if n.mover == 0 else -result
+        action, _ = max(root.children, key=lambda ac: (ac[1].visits, ac[1].value))
+        return int(action)
+
+
+def _playout(game: Game, state: Any, rng: np.random.Generator) -> float:
+    """Uniformly random moves to the end; the outcome from player 0's view."""
+    while not game.is_terminal(state):
+        legal = np.flatnonzero(game.legal_mask(state))
+        state = game.apply(state, int(legal[rng.integers(legal.size)]))
+    return game.outcome(state)
+
+
+@njit(cache=True)
+def _seed_numba(seed):
+    np.random.seed(seed)
+
+
+@njit(cache=True)
+def _c4_has_four(stones):
+    for shift in (1, 7, 6, 8):
+        pairs = stones & (stones >> shift)
+        if pairs & (pairs >> (2 * shift)):
+            return True
+    return False
+
+
+@njit(cache=True)
+def _c4_playout(mine, mask):
+    """Random playout on the bitboards of `rlscale.zero.games.connect4`: +1 if the player to
+    move wins, -1 if they lose, 0 for a draw."""
+    sign = 1
+    columns = np.empty(7, np.int64)
+    while True:
+        count = 0
+        for c in range(7):
+            if not mask & (1 << (7 * c + 5)):
+                columns[count] = c
+                count += 1
+        if count == 0:
+            return 0
+        column = columns[np.random.randint(count)]
+        new_mask = mask | (mask + (1 << (7 * column)))
+        mover = mine | (new_mask ^ mask)
+        if _c4_has_four(mover):
+            return sign
+        mine, mask = mover ^ new_mask, new_mask
+        sign = -sign
+
+
+def _connect4_playout_result(state: Any) -> float:
+    result = _c4_playout(state.mine, state.mask)
+    return float(result if len(state.moves) % 2 == 0 else -result)  # player 0's view
+
+
+class NetworkAgent:
+    """A saved network with its search: raw policy at 0 simulations, else `simulations` of
+    search from a fresh tree per move, no root noise, the search's own move choice (most
+    visited for PUCT; the sequential-halving survivor for Gumbel)."""
+
+    def __init__(self, agent: Any, simulations: int, name: str | None = None) -> None:
+        self.agent = agent  # rlscale.zero.selfplay.Agent
+        self.simulations = simulations
+        self.name = name or (f"net({simulations} sims)" if simulations else "net(raw)")
+
+    @property
+    def game(self) -> Game:
+        return self.agent.game
+
+    def with_simulations(self, simulations: int, name: str | None = None) -> NetworkAgent:
+        """The same network (shared, not copied) with another budget."""
+        return NetworkAgent(self.agent, simulations, name)
+
+    def act(self, game: Game, state: Any) -> int:
+        return int(self.act_many(game, [state])[0])
+
+    def act_many(self, game: Game, states: Sequence[Any]) -> np.ndarray:
+        if game.name != self.agent.game.name:
+            raise ValueError(f"{self.name} plays {self.agent.game.name}, not {game.name}")
+        return np.asarray(self.agent.choose_many(list(states), self.simulations), np.int64)
+
+
+SEARCH_KINDS = ("trained", "puct", "gumbel")
+
+
+def load_network_agent(
+    path: str | Path,
+    simulations: int,
+    game: str | None = None,
+    search: str = "trained",
+    seed: int = 0,
+    name: str | None = None,
+) -> NetworkAgent:
+    """A NetworkAgent from a model folder, a checkpoint or a run directory.
+
+    `search`: "trained" keeps the search settings saved with the network (PUCT or Gumbel),
+    "puct"/"gumbel" force one. With `game`, a checkpoint for another game is refused with a
+    one-line ValueError."""
+    from rlscale.zero.selfplay import load_agent
+
+    if search not in SEARCH_KINDS:
+        raise ValueError(f"unknown search {search!r} (choose from {', '.join(SEARCH_KINDS)})")
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no model at {path}")
+    overrides = {} if search == "trained" else {"gumbel": search == "gumbel"}
+    agent = load_agent(path, seed=seed, **overrides)
+    if game is not None and agent.game.name != game:
+        raise ValueError(f"checkpoint {path} is for {agent.game.name}, not for {game}")
+    return NetworkAgent(agent, simulations, name)
+
+
+def act_many(agent: Any, game: Game, states: Sequence[Any]) -> np.ndarray:
+    """`agent.act_many` if it has one, else `act` per position."""
+    if hasattr(agent, "act_many"):
+        return np.asarray(agent.act_many(game, states), np.int64)
+    return np.array([agent.act(game, s) for s in states], np.int64)
+
+
+# -- matches ---------------------------------------------------------------------------------
+
+
+@dataclass
+class GameRecord:
+    opening: list[int]
+    moves: list[int]  # all actions, opening included
+    a_first: bool  # agent A moved first (after the opening, colours are by player number)
+    outcome: float  # player 0's view
+
+    @property
+    def a_score(self) -> float:
+        z = self.outcome if self.a_first else -self.outcome
+        return (z + 1.0) / 2.0
+
+
+@dataclass
+class MatchResult:
+    agent_a: str
+    agent_b: str
+    wins: int = 0  # agent A's view
+    draws: int = 0
+    losses: int = 0
+    as_first: list[int] = field(default_factory=lambda: [0, 0, 0])  # A's W/D/L as player 0
+    as_second: list[int] = field(default_factory=lambda: [0, 0, 0])
+    seconds: float = 0.0
+    records: list[GameRecord] = field(default_factory=list)
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def score(self) -> float:
+        return (self.wins + 0.5 * self.draws) / max(self.games, 1)
+
+    def elo(self, confidence: float = 0.95) -> EloEstimate:
+        return elo_difference(self.wins, self.draws, self.losses, confidence)
+
+    def summary(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "records"}
+        out.update(games=self.games, score=self.score, elo=self.elo().as_dict())
+        return out
+
+
+def random_openings(
+    game: Game, count: int, plies: int, rng: np.random.Generator
+) -> list[list[int]]:
+    """`count` sequences of `plies` uniformly random moves that do not end the game; distinct
+    while the game has enough of them (then repeated)."""
+    if plies <= 0:
+        return [[] for _ in range(count)]
+    seen: set[tuple[int, ...]] = set()
+    openings: list[list[int]] = []
+    misses = 0
+    while len(openings) < count:
+        state, moves = game.initial_state(), []
+        for _ in range(plies):
+            legal = np.flatnonzero(game.legal_mask(state))
+            if legal.size == 0:
+                break
+            action = int(legal[rng.integers(legal.size)])
+            state = game.apply(state, action)
+            moves.append(action)
+        if game.is_terminal(state):
+            continue
+        key = tuple(moves)
+        if key in seen and misses < 50 * count:
+            misses += 1
+            continue
+        seen.add(key)
+        openings.append(moves)
+    return openings
+
+
+def play_match(
+    game: Game,
+    agent_a: Agent,
+    agent_b: Agent,
+    games: int,
+    seed: int = 0,
+    opening_plies: int = DEFAULT_OPENING_PLIES,
+    concurrency: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> MatchResult:
+    """Play `games` games of A against B, alternating who moves first, and count A's results.
+
+    Games 2k and 2k+1 share a random opening (see the module docstring); A moves first in the
+    even ones (after the opening, player 0 is whoever moved first). Up to `concurrency` games
+    (default: all) are in flight; each agent is asked for all its moves at once."""
+    if games < 1:
+        raise ValueError("a match needs at least one game")
+    rng = np.random.default_rng(seed)
+    openings = random_openings(game, (games + 1) // 2, opening_plies, rng)
+    plan = [(openings[i // 2], i % 2 == 0) for i in range(games)]
+    result = MatchResult(agent_a.name, agent_b.name)
+    start = time.perf_counter()
+    width = concurrency or games
+    pending = iter(plan)
+    live: list[dict[str, Any]] = []
+
+    def refill() -> None:
+        while len(live) < width:
+            item = next(pending, None)
+            if item is None:
+                return
+            opening, a_first = item
+            state = game.initial_state()
+            for action in opening:
+                state = game.apply(state, action)
+            live.append({"state": state, "moves": list(opening), "opening": opening,
+                         "a_first": a_first})
+
+    refill()
+    while live:
+        for agent, is_a in ((agent_a, True), (agent_b, False)):
+            mine = [g for g in live if not game.is_terminal(g["state"])
+                    and (game.to_play(g["state"]) == 0) == (g["a_first"] == is_a)]
+            if not mine:
+                continue
+            actions = act_many(agent, game, [g["state"] for g in mine])
+            for g, action in zip(mine, actions, strict=True):
+                g["state"] = game.apply(g["state"], int(action))
+                g["moves"].append(int(action))
+        finished = [g for g in live if game.is_terminal(g["state"])]
+        for g in finished:
+            live.remove(g)
+            record = GameRecord(g["opening"], g["moves"], g["a_first"], game.outcome(g["state"]))
+            _count(result, record)
+            if progress is not None:
+                progress(result.games, games)
+        refill()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _count(result: MatchResult, record: GameRecord) -> None:
+    score = record.a_score
+    slot = 0 if score == 1.0 else 1 if score == 0.5 else 2
+    per_colour = result.as_first if record.a_first else result.as_second
+    per_colour[slot] += 1
+    if slot == 0:
+        result.wins += 1
+    elif slot == 1:
+        result.draws += 1
+    else:
+        result.losses += 1
+    result.records.append(record)
+
+
+# -- Elo -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EloEstimate:
+    elo: float  # +-inf at a 100% / 0% score
+    low: float  # 95% interval (or the requested confidence); -inf / +inf where unbounded
+    high: float
+    score: float
+    games: int
+
+    def __str__(self) -> str:
+        if self.games == 0:
+            return "n/a (no games)"
+        if math.isinf(self.elo):
+            bound = self.low if self.elo > 0 else self.high
+            return f"{'>' if self.elo > 0 else '<'} {bound:+.0f} (95% bound)"
+        return f"{self.elo:+.0f} [{self.low:+.0f}, {self.high:+.0f}]"
+
+    def as_dict(self) -> dict[str, Any]:
+        def clean(x: float) -> float | None:
+            return None if math.isinf(x) or math.isnan(x) else round(x, 1)
+
+        return {"elo": clean(self.elo), "low": clean(self.low), "high": clean(self.high),
+                "score": self.score, "games": self.games, "text": str(self)}
+
+
+def score_to_elo(score: float) -> float:
+    """Logistic model: the Elo difference at which the expected score is `score`."""
+    if score <= 0.0:
+        return -math.inf
+    if score >= 1.0:
+        return math.inf
+    return 400.0 * math.log10(score / (1.0 - score))
+
+
+def _normal_quantile(confidence: float) -> float:
+    # Two-sided z for `confidence` by bisection on erf (no scipy needed).
+    target, lo, hi = (1.0 + confidence) / 2.0, 0.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def wilson_interval(score: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a proportion observed as `score` over `n` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = _normal_quantile(confidence)
+    denom = 1.0 + z * z / n
+    centre = (score + z * z / (2 * n)) / denom
+    half = z * math.sqrt(score * (1.0 - score) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def elo_difference(wins: int, draws: int, losses: int, confidence: float = 0.95) -> EloEstimate:
+    """Elo of the player with these results over its opponent, with a `confidence` interval."""
+    n = wins + draws + losses
+    if n == 0:
+        return EloEstimate(0.0, -math.inf, math.inf, 0.5, 0)
+    score = (wins + 0.5 * draws) / n
+    low, high = wilson_interval(score, n, confidence)
+    return EloEstimate(score_to_elo(score), score_to_elo(low), score_to_elo(high), score, n)
+
+
+# -- solver agreement (Connect Four) ---------------------------------------------------------
+
+
+@dataclass
+class AgreementResult:
+    file: str
+    positions: int
+    agreed: int
+
+    @property
+    def share(self) -> float:
+        return self.agreed / max(self.positions, 1)
+
+
+def read_positions(name: str | Path, data_dir: str | Path | None = None,
+                   limit: int | None = None) -> list[str]:
+    """The move strings of a benchmark file (`Test_L3_R1` or a path), first `limit` lines."""
+    path = Path(name)
+    if not path.is_file():
+        path = Path(data_dir or connect4_data_dir()) / str(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"no Connect Four position file {name!r} (looked in {path})")
+    positions = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            positions.append(line.split()[0])
+        if limit is not None and len(positions) >= limit:
+            break
+    return positions
+
+
+def keeps_value(state: Any, action: int) -> bool:
+    """True unless another legal move has a strictly better perfect-play outcome."""
+    from rlscale.zero.solver import move_values
+
+    values = move_values(state, weak=True)
+    if values[action] is None:
+        raise IllegalMove(f"column {action + 1} is not legal in {state.moves!r}")
+    return values[action] == max(v for v in values if v is not None)
+
+
+def solver_agreement(
+    agent: Agent,
+    files: Iterable[str] = AGREEMENT_FILES,
+    limit: int | None = None,
+    data_dir: str | Path | None = None,
+    batch: int = 256,
+) -> list[AgreementResult]:
+    """Per file, how many of the agent's moves keep the position's perfect-play value. The
+    agent is asked `batch` positions at a time (one batched search for a network agent)."""
+    from rlscale.zero.games.connect4 import Connect4, state_from_moves
+
+    game = Connect4()
+    results = []
+    for name in files:
+        states = [state_from_moves(game, m) for m in read_positions(name, data_dir, limit)]
+        agreed = 0
+        for i in range(0, len(states), batch):
+            chunk = states[i : i + batch]
+            for state, action in zip(chunk, act_many(agent, game, chunk), strict=True):
+                agreed += keeps_value(state, int(action))
+        results.append(AgreementResult(Path(name).name, len(states), agreed))
+    return results
+
+
+def agreement_table(results: list[AgreementResult], agent_name: str = "") -> str:
+    total = AgreementResult("overall", sum(r.positions for r in results),
+                            sum(r.agreed for r in results))
+    lines = [f"solver agreement{' of ' + agent_name if agent_name else ''}",
+             "| file | positions | keeps value | share |", "| --- | ---: | ---: | ---: |"]
+    for r in [*results, total]:
+        lines.append(f"| {r.file} | {r.positions} | {r.agreed} | {100 * r.share:.1f}% |")
+    return "\n".join(lines)
+
+
+# -- test-time compute curve -----------------------------------------------------------------
+
+
+@dataclass
+class CurvePoint:
+    simulations: int
+    result: MatchResult
+
+    def row(self) -> dict[str, Any]:
+        r = self.result
+        return {"simulations": self.simulations, "wins": r.wins, "draws": r.draws,
+                "losses": r.losses, "score": r.score, "elo": r.elo().as_dict(),
+                "seconds": round(r.seconds, 2)}
+
+
+def curve_simulations(max_simulations: int) -> list[int]:
+    """0, 1, 2, 4, ... up to `max_simulations` (included)."""
+    sims, step = [0], 1
+    while step < max_simulations:
+        sims.append(step)
+        step *= 2
+    return sims + [max_simulations] if max_simulations > 0 else sims
+
+
+def compute_curve(
+    game: Game,
+    agent: NetworkAgent,
+    simulations: Sequence[int],
+    games: int,
+    seed: int = 0,
+    opening_plies: int = DEFAULT_OPENING_PLIES,
+    on_point: Callable[[CurvePoint], None] | None = None,
+) -> list[CurvePoint]:
+    """The network with each budget in `simulations` against its own raw policy, every match
+    from the same openings."""
+    raw = agent.with_simulations(0, "raw policy")
+    points = []
+    for sims in simulations:
+        result = play_match(game, agent.with_simulations(sims), raw, games, seed, opening_plies)
+        point = CurvePoint(sims, result)
+        points.append(point)
+        if on_point is not None:
+            on_point(point)
+    return points
+
+
+def curve_table(points: list[CurvePoint]) -> str:
+    lines = ["| simulations | W | D | L | score | Elo vs raw policy (95% CI) | seconds |",
+             "| ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for p in points:
+        r = p.result
+        lines.append(f"| {p.simulations} | {r.wins} | {r.draws} | {r.losses} | "
+                     f"{100 * r.score:.1f}% | {r.elo()} | {r.seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def write_compute_curve(points: list[CurvePoint], out: str | Path, title: str = "") -> Path:
+    """`curve.md` (table), `curve.json`, `metrics.jsonl` (step = simulations) and `curve.png`
+    into the folder `out`; returns the PNG's path."""
+    from rlscale.runtime.metrics import MetricsLogger
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "curve.md").write_text(curve_table(points) + "\n")
+    (out / "curve.json").write_text(json.dumps([p.row() for p in points], indent=2) + "\n")
+    logger = MetricsLogger(out, tensorboard=False)
+    for p in points:
+        e = p.result.elo()
+        logger.log(p.simulations, {"score": p.result.score, "elo": e.elo, "elo_low": e.low,
+                                   "elo_high": e.high, "games": p.result.games})
+    logger.close()
+    return plot_compute_curve(points, out / "curve.png", title)
+
+
+def plot_compute_curve(points: list[CurvePoint], out: str | Path, title: str = "") -> Path:
+    """Two panels against simulations (log2 axis, 0 drawn at 1/2), with 95% intervals: Elo
+    over the raw policy (a 100% / 0% score drawn at the finite end of its interval, open
+    marker) and the score itself."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def x_of(sims: int) -> float:
+        return float(sims) if sims > 0 else 0.5
+
+    xs, ys, lo, hi, open_x, open_y = [], [], [], [], [], []
+    for p in points:
+        e = p.result.elo()
+        if math.isinf(e.elo):
+            open_x.append(x_of(p.simulations))
+            open_y.append(e.low if e.elo > 0 else e.high)
+            continue
+        xs.append(x_of(p.simulations))
+        ys.append(e.elo)
+        lo.append(e.elo - e.low if math.isfinite(e.low) else 0.0)
+        hi.append(e.high - e.elo if math.isfinite(e.high) else 0.0)
+    fig, (ax, ax_score) = plt.subplots(1, 2, figsize=(11, 4))
+    ticks = [p.simulations for p in points]
+    scores = [100 * p.result.score for p in points]
+    bounds = [wilson_interval(p.result.score, p.result.games) for p in points]
+    ax_score.errorbar([x_of(t) for t in ticks], scores, marker="o", capsize=3, color="C1",
+                      yerr=[[s - 100 * b[0] for s, b in zip(scores, bounds, strict=True)],
+                            [100 * b[1] - s for s, b in zip(scores, bounds, strict=True)]])
+    ax_score.axhline(50.0, color="grey", lw=0.8)
+    ax_score.set_ylim(0, 100)
+    ax_score.set_ylabel("score vs raw policy, % (95% CI)")
+    ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label="Elo vs raw policy (95% CI)")
+    if open_x:
+        ax.plot(open_x, open_y, "^", mfc="none", color="C0", label="score 100%: lower bound")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    for axis in (ax, ax_score):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks([x_of(t) for t in ticks], [str(t) for t in ticks], fontsize=8)
+        axis.minorticks_off()
+        axis.set_xlabel("simulations per move")
+        axis.grid(alpha=0.3)
+    ax.set_ylabel("Elo over the raw policy")
+    ax.legend(fontsize=8)
+    fig.suptitle(title or "test-time compute")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,445 @@
+"""`rlscale zero arena | compute-curve | solver-agreement | play | move | gtp`.
+
+`register(app)` adds the commands to the Zero typer app. Every user error (unknown game,
+missing or wrong checkpoint, malformed or illegal move) is one `error: ...` line on stderr and
+exit status 2, never a traceback (RLSCALE_DEBUG=1 shows it).
+
+Agent specs (`--opponent`, `--agent`): `random`, `mcts:N` (pure MCTS, N random playouts per
+move), `raw` (the model's raw policy), `sims:N` (the model with N simulations), `model:PATH`
+(another checkpoint, e.g. an earlier one, with `--simulations`), `solver` (Connect Four only).
+
+`move` contract: stdout carries the chosen move and nothing else, one line per position
+(Connect Four: the column 1-7). With `--moves -` it reads one position a line from stdin
+(Connect Four: the columns played, e.g. `4453`; an empty line is the empty board) and answers
+each line at once, flushed, loading the model once. A malformed, illegal or finished position
+gets an empty stdout line, so the Nth output line always answers the Nth input line, plus one
+`error: line N: ...` line on stderr; the run goes on and exits with status 2 at the end if any
+line was bad. With a single `--moves POSITION`, a bad position is an error line and status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+
+from rlscale.zero.games.base import IllegalMove
+
+_USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)
+_HINTS = {"connect4": "a column 1-7", "tictactoe": "a cell 1-9 or a1-c3", "go": "e.g. D4 or pass"}
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _guarded(fn):
+    """A user error inside the command becomes one line and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _USER_ERRORS as err:
+            if os.environ.get("RLSCALE_DEBUG"):
+                raise
+            text = str(err)
+            _fail(text.strip().splitlines()[0] if text.strip() else type(err).__name__)
+
+    return wrapper
+
+
+def _threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _game(name: str, **kwargs: Any):
+    from rlscale.zero.games import make_game
+
+    return make_game(name, **kwargs)
+
+
+def _model_path(model: Path | None, game: str) -> Path:
+    from rlscale.zero.arena import shipped_model
+
+    if model is not None:
+        return model
+    path = shipped_model(game)
+    if not (path / "model.json").is_file():
+        raise FileNotFoundError(f"no shipped {game} model at {path}; pass --model PATH")
+    return path
+
+
+def _network_agent(model: Path | None, game: str, simulations: int, search: str, seed: int,
+                   name: str | None = None):
+    from rlscale.zero.arena import load_network_agent
+
+    if simulations < 0:
+        raise ValueError("--simulations must be >= 0")
+    path = _model_path(model, game)
+    try:
+        return load_network_agent(path, simulations, game=game, search=search, seed=seed,
+                                  name=name)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as err:  # a corrupt or mismatched weights file: say which file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"cannot load the model at {path}: {first}") from err
+
+
+def _count_after(spec: str, prefix: str) -> int:
+    try:
+        value = int(spec[len(prefix):])
+    except ValueError:
+        raise ValueError(f"bad agent {spec!r}: {prefix}N needs an integer N") from None
+    if value < (1 if prefix == "mcts:" else 0):
+        raise ValueError(f"bad agent {spec!r}: N is too small")
+    return value
+
+
+def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int):
+    """The agent an `--opponent`/`--agent` spec names; `main` is the --model agent (or None
+    when the spec does not need it)."""
+    from rlscale.zero.arena import PureMCTSAgent, RandomAgent, SolverAgent
+
+    spec = spec.strip()
+    if spec == "random":
+        return RandomAgent(seed)
+    if spec.startswith("mcts:"):
+        return PureMCTSAgent(_count_after(spec, "mcts:"), seed)
+    if spec == "solver":
+        if game != "connect4":
+            raise ValueError("the solver agent plays connect4 only")
+        return SolverAgent(seed)
+    if spec == "model":
+        return main()
+    if spec == "raw":
+        return main().with_simulations(0, "raw policy")
+    if spec.startswith("sims:"):
+        return main().with_simulations(_count_after(spec, "sims:"))
+    if spec.startswith("model:"):
+        path = Path(spec[len("model:"):])
+        return _network_agent(path, game, simulations, search, seed,
+                              name=f"{path.name}({simulations} sims)")
+    raise ValueError(
+        f"unknown agent {spec!r} (random, mcts:N, raw, sims:N, model:PATH, solver)"
+    )
+
+
+def _lazy_main(model: Path | None, game: str, simulations: int, search: str, seed: int):
+    """The --model agent, loaded on first use and then shared."""
+    cache: dict[str, Any] = {}
+
+    def get():
+        if "agent" not in cache:
+            cache["agent"] = _network_agent(model, game, simulations, search, seed)
+        return cache["agent"]
+
+    return get
+
+
+def parse_position(game: Any, text: str) -> Any:
+    """The state after the moves in `text`: Connect Four columns (`4453`), tic-tac-toe cells
+    (`159`), Go GTP moves separated by spaces (`D4 E5 pass`). Raises IllegalMove."""
+    text = text.strip()
+    if game.name == "connect4":
+        from rlscale.zero.games.connect4 import state_from_moves
+
+        state = state_from_moves(game, text)
+    else:
+        tokens = text.split() if (game.name == "go" or " " in text) else list(text)
+        state = game.initial_state()
+        for i, token in enumerate(tokens):
+            try:
+                state = game.apply(state, game.parse_move(state, token))
+            except IllegalMove as err:
+                raise IllegalMove(f"move {i + 1} of {text!r}: {err}") from None
+    if game.is_terminal(state):
+        raise IllegalMove(f"position {text!r} is already over")
+    return state
+
+
+def register(app: typer.Typer) -> None:
+    """Add the arena commands to the Zero typer app."""
+
+    model_opt = typer.Option(None, "--model", help="model folder, checkpoint or run dir "
+                             "(default: the shipped model of the game)")
+    search_opt = typer.Option("trained", "--search",
+                              help="search settings: trained (saved with the model), puct, gumbel")
+
+    @app.command()
+    @_guarded
+    def arena(
+        game: str = typer.Option("connect4", "--game"),
+        model: Path | None = model_opt,
+        simulations: int = typer.Option(400, "--simulations", help="the model's budget per move"),
+        opponent: str = typer.Option("mcts:1000", "--opponent",
+                                     help="random | mcts:N | raw | sims:N | model:PATH | solver"),
+        games: int = typer.Option(100, "--games"),
+        seed: int = typer.Option(0, "--seed"),
+        opening_plies: int = typer.Option(2, "--opening-plies",
+                                          help="random moves opening each pair of games"),
+        search: str = search_opt,
+        threads: int | None = typer.Option(None, "--threads", help="torch CPU threads"),
+        as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    ) -> None:
+        """Play a match of the model against an opponent; print W/D/L, score and Elo."""
+        from rlscale.zero.arena import play_match
+
+        _threads(threads)
+        g = _game(game)
+        main = _lazy_main(model, game, simulations, search, seed)
+        agent = main()
+        rival = make_agent(opponent, game, main, simulations, search, seed + 1)
+        result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
+        if as_json:
+            typer.echo(json.dumps({"game": game, "simulations": simulations,
+                                   "opponent": opponent, **result.summary()}, indent=2))
+            return
+        elo = result.elo()
+        typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games, "
+                   f"{result.seconds:.0f} s")
+        typer.echo(f"W/D/L {result.wins}/{result.draws}/{result.losses}  "
+                   f"(moving first {'/'.join(map(str, result.as_first))}, "
+                   f"second {'/'.join(map(str, result.as_second))})")
+        typer.echo(f"score {100 * result.score:.1f}%  Elo {elo} (95% CI)")
+
+    @app.command("compute-curve")
+    @_guarded
+    def compute_curve_cmd(
+        game: str = typer.Option("connect4", "--game"),
+        model: Path | None = model_opt,
+        games: int = typer.Option(100, "--games", help="games per point"),
+        max_simulations: int = typer.Option(800, "--max-simulations"),
+        simulations: str | None = typer.Option(
+            None, "--simulations", help="comma-separated budgets (default 0,1,2,4,...,max)"),
+        out: Path = typer.Option(Path("runs/zero/compute_curve"), "--out"),
+        seed: int = typer.Option(0, "--seed"),
+        opening_plies: int = typer.Option(2, "--opening-plies"),
+        search: str = search_opt,
+        threads: int | None = typer.Option(None, "--threads"),
+    ) -> None:
+        """The model with 0, 1, 2, 4, ... simulations against its raw policy: table + PNG."""
+        from rlscale.zero.arena import (
+            compute_curve,
+            curve_simulations,
+            curve_table,
+            write_compute_curve,
+        )
+
+        _threads(threads)
+        g = _game(game)
+        if simulations:
+            try:
+                budgets = [int(s) for s in simulations.split(",") if s.strip()]
+            except ValueError:
+                raise ValueError(
+                    f"bad --simulations {simulations!r}: integers, comma-separated"
+                ) from None
+        else:
+            budgets = curve_simulations(max_simulations)
+        agent = _network_agent(model, game, 0, search, seed)
+        typer.echo(curve_table([]))
+
+        def show(point):
+            typer.echo(curve_table([point]).splitlines()[-1])
+
+        points = compute_curve(g, agent, budgets, games, seed, opening_plies, on_point=show)
+        png = write_compute_curve(points, out, title=f"{game}: search vs raw policy")
+        typer.echo(f"wrote {out / 'curve.md'}, {out / 'curve.json'} and {png}")
+
+    @app.command("solver-agreement")
+    @_guarded
+    def solver_agreement_cmd(
+        model: Path | None = model_opt,
+        simulations: int = typer.Option(400, "--simulations"),
+        files: str = typer.Option("Test_L3_R1,Test_L2_R1,Test_L2_R2", "--files"),
+        limit: int | None = typer.Option(None, "--limit", help="first N positions per file"),
+        agent_spec: str = typer.Option("model", "--agent",
+                                       help="model | raw | sims:N | random | mcts:N | solver"),
+        data_dir: Path | None = typer.Option(None, "--data-dir",
+                                             help="default <repo>/../shared/data/connect4"),
+        seed: int = typer.Option(0, "--seed"),
+        search: str = search_opt,
+        threads: int | None = typer.Option(None, "--threads"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Share of Connect Four benchmark positions where the move keeps the perfect-play
+        value, per file and overall."""
+        from rlscale.zero.arena import agreement_table, solver_agreement
+
+        _threads(threads)
+        main = _lazy_main(model, "connect4", simulations, search, seed)
+        agent = make_agent(agent_spec, "connect4", main, simulations, search, seed)
+        names = [f.strip() for f in files.split(",") if f.strip()]
+        results = solver_agreement(agent, names, limit=limit, data_dir=data_dir)
+        if as_json:
+            rows = [{"file": r.file, "positions": r.positions, "agreed": r.agreed,
+                     "share": r.share} for r in results]
+            typer.echo(json.dumps({"agent": agent.name, "files": rows}, indent=2))
+            return
+        typer.echo(agreement_table(results, agent.name))
+
+    @app.command()
+    @_guarded
+    def play(
+        game: str = typer.Option("connect4", "--game"),
+        model: Path | None = model_opt,
+        simulations: int = typer.Option(400, "--simulations"),
+        first: str = typer.Option("human", "--first", help="who moves first: human or model"),
+        search: str = search_opt,
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """Play the model in the terminal: type a move, or `quit`."""
+        if first not in ("human", "model"):
+            raise ValueError(f"--first must be human or model, not {first!r}")
+        g = _game(game)
+        agent = _network_agent(model, game, simulations, search, seed)
+        human = 0 if first == "human" else 1
+        hint = _HINTS.get(game, "a move")
+        out = sys.stdout
+        out.write(f"you play {'first' if human == 0 else 'second'}"
+                  f"{' (X)' if human == 0 else ' (O)'} against {agent.name}; "
+                  f"type {hint}, or quit\n")
+        state = g.initial_state()
+        out.write(g.render(state) + "\n")
+        while not g.is_terminal(state):
+            if g.to_play(state) == human:
+                out.write(f"your move ({hint}, quit): ")
+                out.flush()
+                line = sys.stdin.readline()
+                if not line or line.strip().lower() in ("quit", "q", "exit", "resign"):
+                    out.write("\nbye\n" if not line else "bye\n")
+                    return
+                try:
+                    action = g.parse_move(state, line.strip())
+                except IllegalMove as err:
+                    out.write(f"illegal move: {err}; try again\n")
+                    continue
+            else:
+                action = agent.act(g, state)
+                out.write(f"model plays {g.format_move(state, action)}\n")
+            state = g.apply(state, action)
+            out.write(g.render(state) + "\n")
+        z = g.outcome(state)
+        z = z if human == 0 else -z
+        out.write("you win\n" if z > 0 else "the model wins\n" if z < 0 else "draw\n")
+
+    @app.command()
+    @_guarded
+    def move(
+        moves: str = typer.Option(..., "--moves",
+                                  help="the moves played so far (connect4: 4453), or - for stdin"),
+        game: str = typer.Option("connect4", "--game"),
+        model: Path | None = model_opt,
+        simulations: int = typer.Option(400, "--simulations"),
+        search: str = search_opt,
+        seed: int = typer.Option(0, "--seed"),
+        threads: int | None = typer.Option(None, "--threads"),
+    ) -> None:
+        """Print the model's move for a position (one line, nothing else on stdout)."""
+        _threads(threads)
+        g = _game(game)
+        agent = _network_agent(model, game, simulations, search, seed)
+        out = sys.stdout
+        if moves != "-":
+            state = parse_position(g, moves)
+            out.write(g.format_move(state, agent.act(g, state)) + "\n")
+            return
+        bad = 0
+        for number, line in enumerate(iter(sys.stdin.readline, ""), start=1):
+            try:
+                state = parse_position(g, line)
+                answer = g.format_move(state, agent.act(g, state))
+            except IllegalMove as err:
+                bad += 1
+                answer = ""
+                sys.stderr.write(f"error: line {number}: {err}\n")
+                sys.stderr.flush()
+            out.write(answer + "\n")
+            out.flush()
+        if bad:
+            raise typer.Exit(2)
+
+    @app.command()
+    @_guarded
+    def gtp(
+        game: str = typer.Option("go", "--game"),
+        model: Path | None = typer.Option(None, "--model", help="a Go model (default: a fresh "
+                                          "tiny network, for testing controllers)"),
+        simulations: int = typer.Option(200, "--simulations"),
+        size: int = typer.Option(9, "--size"),
+        komi: float = typer.Option(7.5, "--komi"),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """Go Text Protocol on stdin/stdout, moves chosen by the network's search."""
+        if game != "go":
+            raise ValueError(f"gtp plays go, not {game!r}")
+        engine = _gtp_engine(model, simulations, size, komi, seed)
+        engine.run(sys.stdin, sys.stdout)
+
+
+def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int):
+    """A GtpEngine whose move is `simulations` of search with a network (0: its raw policy)."""
+    import torch
+
+    from rlscale.zero.config import MCTSConfig, NetworkConfig
+    from rlscale.zero.games.go import Go
+    from rlscale.zero.gtp import GtpEngine
+    from rlscale.zero.mcts import search_states
+    from rlscale.zero.network import PolicyValueNet, load_network, read_meta
+
+    if simulations < 0:
+        raise ValueError("--simulations must be >= 0")
+    rng = np.random.default_rng(seed)
+    nets: dict[int, PolicyValueNet] = {}
+    game_kwargs: dict[str, Any] = {}
+    mcts = MCTSConfig(simulations=max(simulations, 1))
+    if model is not None:
+        # The network loader's own game check compares every game keyword (komi included),
+        # but a GTP controller sets komi itself: compare the game and the board size here.
+        meta = read_meta(model)
+        model_size = int(meta.game_kwargs.get("size", 9))
+        if meta.game != "go":
+            raise ValueError(f"checkpoint {model} is for {meta.describe_game()}, not for go")
+        if model_size != size:
+            raise ValueError(f"checkpoint {model} is for a {model_size}x{model_size} go board, "
+                             f"not {size}x{size}")
+        net, _ = load_network(model)
+        nets[size] = net
+        game_kwargs = {k: v for k, v in meta.game_kwargs.items() if k not in ("size", "komi")}
+        settings = dict(meta.extra.get("mcts", {}))
+        settings["simulations"] = max(simulations, 1)
+        mcts = MCTSConfig(**settings)
+    Go(size=size, komi=komi, **game_kwargs)  # an unknown size fails here, as one line
+
+    def factory(size: int, komi: float) -> Go:
+        if model is not None and size not in nets:
+            raise ValueError(f"the model plays {next(iter(nets))}x{next(iter(nets))} only")
+        game = Go(size=size, komi=komi, **game_kwargs)
+        if size not in nets:
+            torch.manual_seed(seed)
+            arch = NetworkConfig()
+            nets[size] = PolicyValueNet(game.plane_shape, game.num_actions, arch.blocks,
+                                        arch.channels, arch.value_hidden).eval()
+        return game
+
+    def choose_move(game: Go, state: Any) -> int:
+        net = nets[game.size]
+        if simulations == 0:
+            prior, _ = net.evaluate(game.planes(state)[None])
+            return int(np.argmax(np.where(game.legal_mask(state), prior[0], -1.0)))
+        result = search_states(game, [state], net.evaluate, mcts, rng, simulations=simulations)
+        return int(result.chosen[0])
+
+    return GtpEngine(factory, choose_move, size=size, komi=komi)

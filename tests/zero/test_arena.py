@@ -1,0 +1,235 @@
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from rlscale.zero.arena import (
+    FirstLegalAgent,
+    PureMCTSAgent,
+    RandomAgent,
+    SolverAgent,
+    connect4_data_dir,
+    curve_simulations,
+    elo_difference,
+    play_match,
+    score_to_elo,
+    solver_agreement,
+)
+from rlscale.zero.arena_cli import register
+from rlscale.zero.games import make_game
+from rlscale.zero.network import PolicyValueNet, save_network
+
+HAVE_DATA = (connect4_data_dir() / "Test_L3_R1").is_file()
+
+
+@pytest.fixture(scope="module")
+def cli():
+    app = typer.Typer()
+
+    @app.callback()
+    def _zero() -> None:
+        """Zero."""
+
+    register(app)
+    runner = CliRunner()
+    return lambda args, input=None: runner.invoke(app, args, input=input)
+
+
+def _save_tiny(path, game_name, **game_kwargs):
+    game = make_game(game_name, **game_kwargs)
+    torch.manual_seed(0)
+    net = PolicyValueNet(game.plane_shape, game.num_actions, blocks=1, channels=8,
+                         value_hidden=8)
+    save_network(net, path, game_name, game_kwargs)
+    return path
+
+
+@pytest.fixture(scope="module")
+def c4_model(tmp_path_factory):
+    return _save_tiny(tmp_path_factory.mktemp("c4") / "model", "connect4")
+
+
+@pytest.fixture(scope="module")
+def ttt_model(tmp_path_factory):
+    return _save_tiny(tmp_path_factory.mktemp("ttt") / "model", "tictactoe")
+
+
+class BatchRecorder(FirstLegalAgent):
+    def __init__(self):
+        self.name, self.batches = "recorder", []
+
+    def act_many(self, game, states):
+        self.batches.append(len(states))
+        return super().act_many(game, states)
+
+
+def test_match_alternates_colours_and_counts():
+    game = make_game("tictactoe")
+    # Both play the first free cell: the first player always completes the 3-5-7 diagonal.
+    result = play_match(game, FirstLegalAgent(), FirstLegalAgent(), 5, opening_plies=0)
+    assert (result.wins, result.draws, result.losses) == (3, 0, 2)
+    assert result.as_first == [3, 0, 0] and result.as_second == [0, 0, 2]
+    assert result.score == pytest.approx(0.6)
+    assert sorted(r.a_first for r in result.records) == [False, False, True, True, True]
+
+
+def test_match_pairs_share_openings_and_batches_moves():
+    game = make_game("connect4")
+    a, b = BatchRecorder(), RandomAgent(1)
+    result = play_match(game, a, b, 8, seed=3, opening_plies=2)
+    assert result.games == 8
+    by_opening = {}
+    for r in result.records:
+        assert len(r.opening) == 2 and r.moves[:2] == r.opening
+        by_opening.setdefault(tuple(r.opening), []).append(r.a_first)
+    assert all(sorted(v) == [False, True] for v in by_opening.values())
+    assert len(by_opening) == 4  # distinct openings
+    assert max(a.batches) == 8  # all games' moves in one call
+
+
+def test_elo_difference():
+    even = elo_difference(50, 0, 50)
+    assert even.elo == 0 and even.low < 0 < even.high
+    assert even.low == pytest.approx(-even.high)
+    assert elo_difference(30, 40, 30).elo == 0
+    assert score_to_elo(0.75) == pytest.approx(400 * math.log10(3))
+    lopsided = elo_difference(60, 0, 40)
+    assert lopsided.low < lopsided.elo < lopsided.high and lopsided.elo > 0
+    perfect = elo_difference(20, 0, 0)
+    assert perfect.elo == math.inf and perfect.high == math.inf
+    assert 0 < perfect.low < math.inf and str(perfect).startswith(">")
+    assert elo_difference(0, 0, 20).elo == -math.inf
+    assert json.dumps(perfect.as_dict())  # no inf in JSON
+
+
+def test_pure_mcts_beats_random():
+    c4 = make_game("connect4")
+    result = play_match(c4, PureMCTSAgent(200, seed=0), RandomAgent(1), 10, seed=0)
+    assert result.wins >= 9
+    ttt = make_game("tictactoe")
+    result = play_match(ttt, PureMCTSAgent(300, seed=0), RandomAgent(1), 10, seed=0,
+                        opening_plies=0)
+    assert result.losses == 0 and result.wins >= 6
+
+
+@pytest.mark.skipif(not HAVE_DATA, reason="no shared/data/connect4")
+def test_solver_agreement_perfect_and_random():
+    perfect = solver_agreement(SolverAgent(), ["Test_L3_R1"], limit=20)
+    assert perfect[0].positions == 20 and perfect[0].share == 1.0
+    rand = solver_agreement(RandomAgent(0), ["Test_L3_R1"], limit=20)
+    assert rand[0].share < 1.0
+
+
+def test_curve_simulations():
+    assert curve_simulations(800) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800]
+    assert curve_simulations(4) == [0, 1, 2, 4]
+
+
+def test_move_cli_contract(cli, c4_model):
+    result = cli(["move", "--model", str(c4_model), "--moves", "4453", "--simulations", "8"])
+    assert result.exit_code == 0
+    assert re.fullmatch(r"[1-7]\n", result.stdout)
+
+    lines = "4453\n\n12x\n444444\n"
+    result = cli(["move", "--model", str(c4_model), "--moves", "-", "--simulations", "4"],
+                 input=lines)
+    out = result.stdout.split("\n")
+    assert out[-1] == "" and len(out) == 5  # one line per input line
+    assert all(re.fullmatch(r"[1-7]", x) for x in (out[0], out[1], out[3]))
+    assert out[2] == ""
+    assert result.exit_code == 2 and "line 3" in result.stderr
+
+    result = cli(["move", "--model", str(c4_model), "--moves", "4448"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1
+
+
+def test_cli_errors_are_one_line(cli, c4_model, tmp_path):
+    for args in (
+        ["arena", "--game", "chess", "--model", str(c4_model)],
+        ["arena", "--model", str(tmp_path), "--games", "2"],
+        ["arena", "--game", "tictactoe", "--model", str(c4_model), "--games", "2"],
+        ["arena", "--model", str(c4_model), "--opponent", "gnugo", "--games", "2"],
+        ["move", "--model", str(tmp_path / "nothing"), "--moves", "4"],
+    ):
+        result = cli(args)
+        assert result.exit_code == 2, args
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, args
+
+
+def test_arena_and_compute_curve_cli(cli, ttt_model, tmp_path):
+    result = cli(["arena", "--game", "tictactoe", "--model", str(ttt_model), "--simulations",
+                  "4", "--opponent", "random", "--games", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["games"] == 4 and summary["wins"] + summary["draws"] + summary["losses"] == 4
+
+    out = tmp_path / "curve"
+    result = cli(["compute-curve", "--game", "tictactoe", "--model", str(ttt_model), "--games",
+                  "2", "--simulations", "0,2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "curve.png").stat().st_size > 0
+    assert len(json.loads((out / "curve.json").read_text())) == 2
+
+
+@pytest.mark.skipif(not HAVE_DATA, reason="no shared/data/connect4")
+def test_solver_agreement_cli(cli):
+    result = cli(["solver-agreement", "--agent", "solver", "--files", "Test_L3_R1",
+                  "--limit", "5"])
+    assert result.exit_code == 0, result.output
+    assert "| overall | 5 | 5 | 100.0% |" in result.stdout
+
+
+def test_play_cli_scripted(cli, c4_model):
+    result = cli(["play", "--model", str(c4_model), "--simulations", "4"],
+                 input="9\n4\nquit\n")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.count("illegal move") == 1 and "write a column 1-7" in out
+    assert "model plays" in out and out.rstrip().endswith("bye")
+    boards = [b for b in out.split("1 2 3 4 5 6 7") if ". X ." in b]
+    assert boards  # the human's stone in column 4 after the bad input was refused
+
+
+def test_gtp_cli_fresh_network(cli):
+    result = cli(["gtp", "--simulations", "4"],
+                 input="protocol_version\nboardsize 9\ngenmove b\nquit\n")
+    assert result.exit_code == 0, result.output
+    answers = [a for a in result.stdout.split("\n\n") if a]
+    assert answers[0] == "= 2" and answers[1] == "="
+    assert re.fullmatch(r"= ([A-HJ][1-9]|pass)", answers[2])
+
+
+def test_gtp_cli_refuses_wrong_checkpoint(cli, tmp_path, c4_model):
+    go7 = _save_tiny(tmp_path / "go7", "go", size=7)
+    result = cli(["gtp", "--model", str(go7), "--size", "9"], input="quit\n")
+    assert result.exit_code == 2 and "7x7" in result.stderr
+    assert result.stderr.count("\n") == 1
+    result = cli(["gtp", "--model", str(c4_model)], input="quit\n")
+    assert result.exit_code == 2 and "connect4" in result.stderr
+    # The right size plays, and refuses a boardsize the model cannot play.
+    result = cli(["gtp", "--model", str(go7), "--size", "7", "--simulations", "2"],
+                 input="genmove b\nboardsize 9\n")
+    answers = [a for a in result.stdout.split("\n\n") if a]
+    assert answers[0].startswith("= ") and answers[1] == "? unacceptable size"
+
+
+def test_network_agent_batched_matches_one_by_one(c4_model):
+    from rlscale.zero.arena import load_network_agent
+
+    agent = load_network_agent(c4_model, 0, game="connect4")
+    game = make_game("connect4")
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(6):
+        s = game.initial_state()
+        for _ in range(int(rng.integers(6))):
+            s = game.apply(s, int(rng.choice(np.flatnonzero(game.legal_mask(s)))))
+        states.append(s)
+    batched = agent.act_many(game, states)
+    assert list(batched) == [agent.act(game, s) for s in states]
