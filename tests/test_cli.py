@@ -143,3 +143,17 @@ def test_eval_non_integer_k_is_one_line(runner, model_dir):
     result = runner.invoke(app, ["rlvr", "eval", "--model", str(model_dir), "--task", "arithmetic",
                                  "--prompts", "2", "--k", "1,two"])
     assert_one_line_error(result, "--k", "1,two")
+
+
+def test_passk_plots_several_models_on_one_chart(runner, model_dir, tmp_path):
+    out = tmp_path / "passk.png"
+    result = runner.invoke(app, ["rlvr", "passk", "--model", str(model_dir), "--model",
+                                 str(model_dir), "--task", "arithmetic", "--prompts", "4",
+                                 "--k", "1,2,4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 1000
+    curves = json.loads(out.with_suffix(".json").read_text())
+    assert list(curves) == [str(model_dir)]  # the same folder twice is one line
+    values = curves[str(model_dir)]
+    assert set(values) == {"1", "2", "4"}
+    assert values["1"] <= values["2"] <= values["4"]  # pass@k never falls with k
