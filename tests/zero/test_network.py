@@ -86,3 +86,11 @@ def test_losses_and_learner_fit_a_fixed_batch():
                   TrainConfig(optimizer="sgd", lr=0.05, weight_decay=1e-4))
     assert isinstance(sgd.optimizer, torch.optim.SGD)
     assert sgd.optimizer.param_groups[0]["weight_decay"] == 1e-4
+
+
+def test_resumed_learner_takes_its_learning_rate_from_the_config():
+    net = PolicyValueNet((3, 3, 3), 9, 1, 8)
+    state = Learner(net, TrainConfig(lr=1e-3)).state_dict()
+    resumed = Learner(net, TrainConfig(lr=5e-4))
+    resumed.load_state_dict(state)
+    assert resumed.optimizer.param_groups[0]["lr"] == 5e-4

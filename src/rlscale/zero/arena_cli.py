@@ -274,8 +274,7 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(None, "--threads"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Share of Connect Four benchmark positions where the move keeps the perfect-play
-        value, per file and overall."""
+        """Share of Connect Four benchmark positions where the move keeps the solver's value."""
         from rlscale.zero.arena import agreement_table, solver_agreement
 
         _threads(threads)
