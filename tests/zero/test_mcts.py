@@ -202,3 +202,33 @@ def test_pure_mcts_with_rollouts_plays_connect4_tactics():
     result = search_states(c4, [win, block], evaluator, MCTSConfig(simulations=200),
                            np.random.default_rng(0))
     assert result.chosen.tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("gumbel", [False, True])
+def test_proofs_propagate_from_finished_games(gumbel):
+    cfg = MCTSConfig(simulations=300, propagate_proofs=True, gumbel=gumbel)
+    lost = play(TTT, [0, 1, 2, 3, 4])  # O to move; X threatens 6 and 8
+    fork = play(TTT, [0, 1, 4, 8])  # X to move: 3 or 6 makes two threats -> a forced win
+    forest = Forest(TTT, 3)
+    for i, state in enumerate([lost, fork, WIN]):
+        forest.reset(i, state)
+    result = search(forest, UniformEvaluator(9), cfg, np.random.default_rng(0))
+    assert forest.proven[0, 0] == -1  # every O move loses
+    assert forest.proven[1, 0] == 1 and forest.proven[2, 0] == 1
+    assert result.chosen[2] == 2
+    child = forest.children[1, 0, result.chosen[1]]
+    assert forest.proven[1, child] == -1  # the chosen move leaves O lost
+    # Without proofs nothing is marked beyond the finished games themselves.
+    forest_off = Forest(TTT, 1)
+    forest_off.reset(0, fork)
+    search(forest_off, UniformEvaluator(9), MCTSConfig(simulations=300), np.random.default_rng(0))
+    n = int(forest_off.num_nodes[0])
+    assert not (forest_off.proven[0, :n][~forest_off.terminal[0, :n]]).any()
+
+
+def test_proofs_play_the_only_non_losing_move_in_connect4():
+    c4 = make_game("connect4")
+    block = play(c4, [0, 0, 1, 1, 2])  # player 1 must block column 4 (action 3)
+    cfg = MCTSConfig(simulations=64, propagate_proofs=True)
+    result = search_states(c4, [block], UniformEvaluator(7), cfg, np.random.default_rng(0))
+    assert result.chosen[0] == 3

@@ -94,3 +94,10 @@ def test_resumed_learner_takes_its_learning_rate_from_the_config():
     resumed = Learner(net, TrainConfig(lr=5e-4))
     resumed.load_state_dict(state)
     assert resumed.optimizer.param_groups[0]["lr"] == 5e-4
+
+
+def test_learning_rate_step_schedule():
+    learner = Learner(PolicyValueNet((3, 3, 3), 9, 1, 8),
+                      TrainConfig(lr=1e-3, lr_steps={10: 5e-4, 20: 1e-4}))
+    assert [learner.lr_at(i) for i in (1, 9, 10, 19, 20, 99)] == [
+        1e-3, 1e-3, 5e-4, 5e-4, 1e-4, 1e-4]

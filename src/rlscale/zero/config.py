@@ -44,6 +44,9 @@ class MCTSConfig(StrictModel):
     leaves_per_call: int = pydantic.Field(1, ge=1)
     virtual_loss: float = 1.0
     reuse_tree: bool = True  # keep the chosen child's subtree for the next move
+    # MCTS-Solver: propagate proven wins/losses up from finished games; a proven win is
+    # played at once, a proven loss avoided. Sharpens endgame tactics at a small budget.
+    propagate_proofs: bool = False
     # Gumbel root search (Danihelka et al. 2022): Gumbel top-k sampling of `gumbel_considered`
     # root actions, sequential halving over the budget, completed-Q improved policy as the
     # training target. Strong with few simulations; replaces Dirichlet noise.
@@ -92,6 +95,8 @@ class TrainConfig(StrictModel):
     min_replay: int = 512  # no updates until the window holds this many samples
     optimizer: Literal["sgd", "adamw"] = "adamw"
     lr: float = 2e-3
+    # Step schedule: {iteration: lr} switches to lr from that iteration on, e.g. {90: 5e-4}.
+    lr_steps: dict[int, float] = {}
     momentum: float = 0.9  # sgd only
     weight_decay: float = 1e-4  # sgd: the L2 term; adamw: decoupled decay
     # Value target = (1 - m) * z + m * root search value (z is the game outcome).

@@ -48,6 +48,18 @@ class Learner:
             )
         self.steps = 0
 
+    def lr_at(self, iteration: int) -> float:
+        """The learning rate of the config's step schedule at `iteration` (1-based)."""
+        lr = self.config.lr
+        for start, value in sorted(self.config.lr_steps.items()):
+            if iteration >= start:
+                lr = value
+        return lr
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def step(self, batch: Samples) -> dict[str, float]:
         self.net.train()
         mix = self.config.value_target_mix

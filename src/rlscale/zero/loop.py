@@ -100,6 +100,7 @@ class ZeroRun:
         losses: list[dict[str, float]] = []
         versions: list[np.ndarray] = []
         if len(self.replay) >= cfg.train.min_replay:
+            self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
             augment_with = self.game if cfg.replay.augment else None
             for _ in range(steps):
@@ -118,7 +119,8 @@ class ZeroRun:
         c.learner_steps = self.learner.steps
         seconds = time.perf_counter() - start
         c.seconds += seconds
-        return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds)
+        return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds,
+                             self.learner.optimizer.param_groups[0]["lr"])
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
@@ -178,6 +180,7 @@ def _lens_metrics(
     c: Counters,
     seconds: float,
     train_seconds: float,
+    lr: float,
 ) -> dict[str, Any]:
     outcomes = np.array(play.outcomes)
     m: dict[str, Any] = {}
@@ -202,6 +205,7 @@ def _lens_metrics(
         m["selfplay/resigned_share"] = play.resigned / max(play.games, 1)
         m["selfplay/false_resign_rate"] = play.false_resignations / max(play.playout_would_resign, 1)
     # speed and counters
+    m["train/lr"] = lr
     m["speed/games_per_hour"] = play.games / seconds * 3600.0
     m["speed/simulations_per_second"] = play.simulations / max(play.seconds, 1e-9)
     m["speed/selfplay_seconds"] = play.seconds

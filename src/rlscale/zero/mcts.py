@@ -90,6 +90,7 @@ class Forest:
         "player": (np.int8, False, 0),
         "terminal": (np.bool_, False, False),
         "terminal_value": (np.float32, False, 0.0),
+        "proven": (np.int8, False, 0),  # +1/-1: the player to move wins/loses with best play
         "expanded": (np.bool_, False, False),
         "net_value": (np.float32, False, 0.0),
         "parent": (np.int32, False, -1),
@@ -131,6 +132,7 @@ class Forest:
             self.terminal[tree, node] = True
             outcome = game.outcome(state)
             self.terminal_value[tree, node] = outcome if player == 0 else -outcome
+            self.proven[tree, node] = np.sign(self.terminal_value[tree, node])
 
     def root_state(self, tree: int) -> Any:
         return self.states[tree][0]
@@ -296,9 +298,12 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _children_stats(
-    forest: Forest, trees: np.ndarray, nodes: np.ndarray, virtual_loss: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(children [k, A], visits incl. pending [k, A], Q from the parent's view [k, A])."""
+    forest: Forest, trees: np.ndarray, nodes: np.ndarray, virtual_loss: float,
+    proofs: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(children [k, A], visits incl. pending [k, A], Q from the parent's view [k, A],
+    proven result from the parent's view [k, A]: +1 win, -1 loss, 0 unknown or unused).
+    With `proofs`, a proven child's Q is its exact value."""
     children = forest.children[trees, nodes]
     has = children >= 0
     idx = np.where(has, children, 0)
@@ -308,7 +313,11 @@ def _children_stats(
     sign = np.where(forest.player[t, idx] == forest.player[trees, nodes][:, None], 1.0, -1.0)
     value = sign * forest.value_sum[t, idx] - virtual_loss * pending
     q = np.where(visits > 0, value / np.maximum(visits, 1), 0.0)
-    return children, visits, q
+    proven = np.zeros(q.shape, np.int8)
+    if proofs:
+        proven = (np.where(has, forest.proven[t, idx], 0) * sign).astype(np.int8)
+        q = np.where(proven != 0, proven, q)
+    return children, visits, q, proven
 
 
 def _puct_scores(
@@ -318,7 +327,9 @@ def _puct_scores(
     prior: np.ndarray,
     config: MCTSConfig,
 ) -> np.ndarray:
-    _, child_visits, q = _children_stats(forest, trees, nodes, config.virtual_loss)
+    _, child_visits, q, proven = _children_stats(
+        forest, trees, nodes, config.virtual_loss, config.propagate_proofs
+    )
     parent_visits = forest.visits[trees, nodes] + forest.virtual[trees, nodes]
     parent_q = forest.value_sum[trees, nodes] / np.maximum(forest.visits[trees, nodes], 1)
     q = np.where(child_visits > 0, q, (parent_q - config.fpu_reduction)[:, None])
@@ -326,7 +337,8 @@ def _puct_scores(
     if config.c_puct_base is not None:
         c = c + np.log((1.0 + parent_visits + config.c_puct_base) / config.c_puct_base)
     u = (c * np.sqrt(parent_visits))[:, None] * prior / (1.0 + child_visits)
-    return np.where(forest.legal[trees, nodes], q + u, -np.inf)
+    # A proven win is always taken and a proven loss only when every move loses.
+    return np.where(forest.legal[trees, nodes], q + u + _PROOF_BONUS * proven, -np.inf)
 
 
 @dataclass
@@ -341,12 +353,13 @@ class _Gumbel:
     budget: np.ndarray  # [k]
 
     def scores(self, forest: Forest, trees: np.ndarray, pos: np.ndarray, config: MCTSConfig):
-        _, visits, q = _children_stats(
-            forest, trees, np.zeros_like(trees), config.virtual_loss
+        _, visits, q, proven = _children_stats(
+            forest, trees, np.zeros_like(trees), config.virtual_loss, config.propagate_proofs
         )
         prior = np.exp(self.logits[pos])
         completed = _completed_q(q, visits, prior, forest.net_value[trees, 0])
-        return self.gumbel[pos] + self.logits[pos] + _gumbel_sigma(completed, visits, config)
+        sigma = _gumbel_sigma(completed, visits, config)
+        return self.gumbel[pos] + self.logits[pos] + sigma + _PROOF_BONUS * proven
 
     def root_actions(self, forest, trees, pos, config) -> np.ndarray:
         scores = self.scores(forest, trees, pos, config)
@@ -411,6 +424,8 @@ def _select(
         path.append(step)
         node[live] = child
         terminal = forest.terminal[t, child]
+        if config.propagate_proofs:  # a proven node is as good as a terminal one
+            terminal = terminal | (forest.proven[t, child] != 0)
         # An existing child that is not expanded is a leaf still waiting for its evaluation
         # in this call: selecting it again would evaluate it twice.
         pending = ~created & ~terminal & ~forest.expanded[t, child]
@@ -421,6 +436,32 @@ def _select(
         live = live[~stop]
         depth += 1
     return path, leaf, kind
+
+
+_PROOF_BONUS = 1e6  # added to selection scores of proven wins (and subtracted for losses)
+
+
+def _propagate_proof(forest: Forest, tree: int, node: int) -> None:
+    """MCTS-Solver (Winands et al. 2008): a node is won if some move reaches a position lost
+    for the opponent, and lost if every move reaches a position won for the opponent. Walk
+    up from a newly proven node while that makes its parent proven too."""
+    while True:
+        parent = int(forest.parent[tree, node])
+        if parent < 0 or forest.proven[tree, parent] != 0:
+            return
+        kids = forest.children[tree, parent]
+        legal = forest.legal[tree, parent]
+        has = kids >= 0
+        idx = np.where(has, kids, 0)
+        same = forest.player[tree, idx] == forest.player[tree, parent]
+        view = np.where(has, np.where(same, 1, -1) * forest.proven[tree, idx], 0)
+        if (view > 0).any():
+            forest.proven[tree, parent] = 1
+        elif (legal & (view < 0)).sum() == legal.sum():
+            forest.proven[tree, parent] = -1
+        else:
+            return
+        node = parent
 
 
 def _backup(
@@ -525,11 +566,17 @@ def search(
         new_values = _expand(forest, new_t, new_n, evaluator)
         offset = 0
         for pos, path, leaf, kind in passes:
-            value = forest.terminal_value[trees[pos], leaf].astype(np.float64)
+            t = trees[pos]
+            value = np.where(
+                forest.terminal[t, leaf], forest.terminal_value[t, leaf], forest.proven[t, leaf]
+            ).astype(np.float64)
             is_new = kind == NEW
             value[is_new] = new_values[offset : offset + is_new.sum()]
             offset += int(is_new.sum())
-            _backup(forest, trees[pos], path, leaf, value)
+            _backup(forest, t, path, leaf, value)
+            if config.propagate_proofs:
+                for i in np.flatnonzero(forest.proven[t, leaf] != 0):
+                    _propagate_proof(forest, int(t[i]), int(leaf[i]))
         done += in_call
     return _result(forest, trees, raw_prior, gumbel, config, rng, temperature, int(budget.max()))
 
@@ -545,7 +592,9 @@ def _result(
     simulations: int,
 ) -> SearchResult:
     k = trees.size
-    _, visits, q = _children_stats(forest, trees, np.zeros_like(trees), 0.0)
+    _, visits, q, proven = _children_stats(
+        forest, trees, np.zeros_like(trees), 0.0, config.propagate_proofs
+    )
     legal = forest.legal[trees, 0]
     root_value = forest.value_sum[trees, 0] / np.maximum(forest.visits[trees, 0], 1)
     if gumbel is not None:
@@ -560,6 +609,13 @@ def _result(
         total = visits.sum(-1, keepdims=True)
         policy = np.where(total > 0, visits / np.maximum(total, 1), raw_prior)
         chosen = choose_by_temperature(visits, legal, temperature, rng)
+    if config.propagate_proofs:  # play a proven win; avoid a proven loss while another move may not lose
+        wins = legal & (proven > 0)
+        safe = legal & (proven >= 0)
+        take_win = wins.any(-1)
+        chosen[take_win] = np.argmax(np.where(wins, visits, -1), -1)[take_win]
+        losing = ~take_win & (proven[np.arange(k), chosen] < 0) & safe.any(-1)
+        chosen[losing] = np.argmax(np.where(safe, visits, -1), -1)[losing]
     return SearchResult(
         visit_counts=visits.astype(np.int64),
         policy=policy.astype(np.float32),
