@@ -232,3 +232,22 @@ def test_proofs_play_the_only_non_losing_move_in_connect4():
     cfg = MCTSConfig(simulations=64, propagate_proofs=True)
     result = search_states(c4, [block], UniformEvaluator(7), cfg, np.random.default_rng(0))
     assert result.chosen[0] == 3
+
+
+def test_forest_pickled_before_a_new_field_unpickles_with_defaults():
+    import pickle
+
+    forest = Forest(TTT, 1)
+    forest.reset(0, WIN)
+    search(forest, UniformEvaluator(9), MCTSConfig(simulations=20), np.random.default_rng(0))
+    old = forest.__dict__.copy()
+    del old["proven"]  # as saved by a version without MCTS-Solver proofs
+    restored = Forest.__new__(Forest)
+    restored.__setstate__(pickle.loads(pickle.dumps(old)))
+    n = int(restored.num_nodes[0])
+    assert restored.proven.shape == forest.proven.shape
+    assert (restored.proven[0, :n] == np.where(forest.terminal[0, :n],
+                                               np.sign(forest.terminal_value[0, :n]), 0)).all()
+    restored.ensure_capacity(restored.capacity + 1)  # grows every field, `proven` included
+    cfg = MCTSConfig(simulations=20, propagate_proofs=True)
+    assert search(restored, UniformEvaluator(9), cfg, np.random.default_rng(0)).chosen[0] == 2

@@ -107,6 +107,17 @@ class Forest:
             setattr(self, name, arr)
         self.capacity = capacity
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle a forest saved by an older version (e.g. in a resumed run's actor): a
+        field it lacks is filled with its default; `proven` is derived from the terminals."""
+        self.__dict__.update(state)
+        for name, (dtype, per_action, fill) in self._FIELDS.items():
+            if name not in state:
+                shape = (self.num_trees, self.capacity) + ((self.num_actions,) if per_action else ())
+                setattr(self, name, np.full(shape, fill, dtype=dtype))
+        if "proven" not in state:
+            self.proven[...] = np.where(self.terminal, np.sign(self.terminal_value), 0)
+
     def ensure_capacity(self, extra_nodes: int) -> None:
         need = int(self.num_nodes.max(initial=0)) + extra_nodes
         if need > self.capacity:
