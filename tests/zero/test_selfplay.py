@@ -173,12 +173,17 @@ def test_cli_train_and_config_errors(tmp_path):
     runner = CliRunner()
     args = ["train", str(CONFIGS / "tictactoe.yaml"), "train.iterations=1", "mcts.simulations=4",
             "selfplay.concurrent_games=4", "selfplay.games_per_iteration=4", "network.blocks=1",
-            "--out", str(tmp_path / "run"), "--no-progress"]
+            "play_mcts.c_puct=3.0", "--out", str(tmp_path / "run"), "--no-progress"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "run" / "final" / "model.json").is_file()
+    agent = load_agent(tmp_path / "run")  # the play settings are saved with the model
+    assert agent.mcts.c_puct == 3.0 and agent.mcts.simulations == 4
+    assert load_agent(tmp_path / "run", c_puct=1.0).mcts.c_puct == 1.0  # overrides win
     bad = runner.invoke(app, ["train", str(CONFIGS / "tictactoe.yaml"), "mcts.simulationz=4"])
     assert bad.exit_code == 2 and "mcts.simulationz" in bad.output
+    bad = runner.invoke(app, ["train", str(CONFIGS / "tictactoe.yaml"), "play_mcts.cpuct=4"])
+    assert bad.exit_code == 2 and "cpuct" in bad.output and len(bad.output.splitlines()) == 1
 
 
 # -- the headline: tic-tac-toe to perfect play --------------------------------------------------

@@ -284,7 +284,8 @@ def load_network_agent(
 ) -> NetworkAgent:
     """A NetworkAgent from a model folder, a checkpoint or a run directory.
 
-    `search`: "trained" keeps the search settings saved with the network (PUCT or Gumbel),
+    `search`: "trained" keeps the search settings saved with the network (its self-play
+    settings updated by its `play_mcts`, see `load_agent`),
     "puct"/"gumbel" force one. With `game`, a checkpoint for another game is refused with a
     one-line ValueError."""
     from rlscale.zero.selfplay import load_agent

@@ -175,7 +175,8 @@ def register(app: typer.Typer) -> None:
     model_opt = typer.Option(None, "--model", help="model folder, checkpoint or run dir "
                              "(default: the shipped model of the game)")
     search_opt = typer.Option("trained", "--search",
-                              help="search settings: trained (saved with the model), puct, gumbel")
+                              help="search settings: trained (the play settings saved with the model), "
+                              "puct, gumbel")
 
     @app.command()
     @_guarded

@@ -114,10 +114,24 @@ class ZeroConfig(StrictModel):
     game: GameConfig = GameConfig()
     network: NetworkConfig = NetworkConfig()
     mcts: MCTSConfig = MCTSConfig()
+    # Search settings for play and evaluation (arena, move, play, gtp) that differ from the
+    # self-play ones in `mcts`, e.g. {gumbel: false, c_puct: 2.5}: a budget of hundreds of
+    # simulations wants another search than the 32 of self-play. Saved with the model.
+    play_mcts: dict[str, Any] = {}
     selfplay: SelfPlayConfig = SelfPlayConfig()
     replay: ReplayConfig = ReplayConfig()
     train: TrainConfig = TrainConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @pydantic.model_validator(mode="after")
+    def _check_play_mcts(self) -> ZeroConfig:
+        try:
+            MCTSConfig(**{**self.mcts.model_dump(), **self.play_mcts})
+        except pydantic.ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"play_mcts.{where}: {first['msg']}") from None
+        return self
 
     def run_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / "zero" / self.name

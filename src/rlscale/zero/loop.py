@@ -127,7 +127,10 @@ class ZeroRun:
         mcts = self.cfg.mcts.model_dump()
         for key in _SELFPLAY_ONLY:
             mcts.pop(key)
-        return {"mcts": mcts, "run": self.cfg.name, "counters": asdict(self.counters)}
+        extra = {"mcts": mcts, "run": self.cfg.name, "counters": asdict(self.counters)}
+        if self.cfg.play_mcts:
+            extra["play_mcts"] = dict(self.cfg.play_mcts)
+        return extra
 
     def save_checkpoint(self) -> Path:
         path = checkpoint_path(self.run_dir, self.counters.iteration)

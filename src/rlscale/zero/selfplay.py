@@ -244,7 +244,8 @@ def load_agent(
 ) -> Agent:
     """Load an Agent from a saved network folder (`model.json`), a checkpoint, or a run dir
     (its `final/`, else its newest checkpoint). The search settings are those the network
-    was trained with, minus self-play-only ones, plus `mcts_overrides`."""
+    was trained with, minus self-play-only ones, then its saved play settings (`play_mcts`
+    of the training config), then `mcts_overrides`."""
     from rlscale.runtime.checkpoint import latest_checkpoint
     from rlscale.zero.games import make_game
 
@@ -259,6 +260,7 @@ def load_agent(
     net, meta = load_network(path)
     game = make_game(meta.game, **meta.game_kwargs)
     settings = dict(meta.extra.get("mcts", {}))
+    settings.update(meta.extra.get("play_mcts", {}))
     settings.update(mcts_overrides)
     if simulations is not None:
         settings["simulations"] = simulations
