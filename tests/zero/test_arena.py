@@ -76,6 +76,8 @@ def test_match_alternates_colours_and_counts():
     assert result.as_first == [3, 0, 0] and result.as_second == [0, 0, 2]
     assert result.score == pytest.approx(0.6)
     assert sorted(r.a_first for r in result.records) == [False, False, True, True, True]
+    assert result.distinct_games == 1  # deterministic agents, no opening: one game replayed
+    assert result.summary()["distinct_games"] == 1
 
 
 def test_match_pairs_share_openings_and_batches_moves():
@@ -89,6 +91,7 @@ def test_match_pairs_share_openings_and_batches_moves():
         by_opening.setdefault(tuple(r.opening), []).append(r.a_first)
     assert all(sorted(v) == [False, True] for v in by_opening.values())
     assert len(by_opening) == 4  # distinct openings
+    assert result.distinct_games == 8  # a random opponent: every game differs
     assert max(a.batches) == 8  # all games' moves in one call
 
 

@@ -344,12 +344,19 @@ class MatchResult:
     def score(self) -> float:
         return (self.wins + 0.5 * self.draws) / max(self.games, 1)
 
+    @property
+    def distinct_games(self) -> int:
+        """How many different move sequences were played: with no random opening, a match of
+        deterministic agents replays one game per colour; a stochastic one varies."""
+        return len({tuple(r.moves) for r in self.records})
+
     def elo(self, confidence: float = 0.95) -> EloEstimate:
         return elo_difference(self.wins, self.draws, self.losses, confidence)
 
     def summary(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "records"}
-        out.update(games=self.games, score=self.score, elo=self.elo().as_dict())
+        out.update(games=self.games, distinct_games=self.distinct_games, score=self.score,
+                   elo=self.elo().as_dict())
         return out
 
 

@@ -189,7 +189,8 @@ def register(app: typer.Typer) -> None:
         games: int = typer.Option(100, "--games"),
         seed: int = typer.Option(0, "--seed"),
         opening_plies: int = typer.Option(2, "--opening-plies",
-                                          help="random moves opening each pair of games"),
+                                          help="random moves opening each pair of games "
+                                          "(0: every game from the initial position)"),
         search: str = search_opt,
         threads: int | None = typer.Option(None, "--threads", help="torch CPU threads"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -208,8 +209,8 @@ def register(app: typer.Typer) -> None:
                                    "opponent": opponent, **result.summary()}, indent=2))
             return
         elo = result.elo()
-        typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games, "
-                   f"{result.seconds:.0f} s")
+        typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games "
+                   f"({result.distinct_games} distinct), {result.seconds:.0f} s")
         typer.echo(f"W/D/L {result.wins}/{result.draws}/{result.losses}  "
                    f"(moving first {'/'.join(map(str, result.as_first))}, "
                    f"second {'/'.join(map(str, result.as_second))})")
