@@ -1,5 +1,7 @@
 """Strict typed configs: YAML + dotted overrides, one-line errors naming the field."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -211,3 +213,16 @@ def test_sft_config_needs_exactly_one_start(tmp_path):
     assert "exactly one" in config_error(SFTConfig, None, ["init_preset=tiny", "model.path=m"])
     assert "'data.wrong_shar'" in config_error(SFTConfig, None,
                                                ["init_preset=tiny", "data.wrong_shar=0.1"])
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1]
+                                         / "src/rlscale/configs").rglob("*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_config_loads(path):
+    from rlscale.zero.config import ZeroConfig
+
+    if path.parent.name == "zero":
+        schema = ZeroConfig
+    else:
+        schema = SFTConfig if "sft" in path.name else RLVRConfig
+    assert load_config(schema, path, []) is not None
