@@ -236,3 +236,13 @@ def test_network_agent_batched_matches_one_by_one(c4_model):
         states.append(s)
     batched = agent.act_many(game, states)
     assert list(batched) == [agent.act(game, s) for s in states]
+
+
+def test_compute_curve_plot_with_perfect_and_zero_scores(tmp_path):
+    from rlscale.zero.arena import CurvePoint, MatchResult, plot_compute_curve
+
+    points = [CurvePoint(0, MatchResult("a", "b", wins=16, draws=8, losses=16)),
+              CurvePoint(400, MatchResult("a", "b", wins=40)),  # 100%: no finite Elo
+              CurvePoint(800, MatchResult("a", "b", losses=40))]  # 0%
+    path = plot_compute_curve(points, tmp_path / "curve.png")
+    assert path.stat().st_size > 0

@@ -711,8 +711,10 @@ def plot_compute_curve(points: list[CurvePoint], out: str | Path, title: str = "
     scores = [100 * p.result.score for p in points]
     bounds = [wilson_interval(p.result.score, p.result.games) for p in points]
     ax_score.errorbar([x_of(t) for t in ticks], scores, marker="o", capsize=3, color="C1",
-                      yerr=[[s - 100 * b[0] for s, b in zip(scores, bounds, strict=True)],
-                            [100 * b[1] - s for s, b in zip(scores, bounds, strict=True)]])
+                      # max(0, .): at a 0% or 100% score the Wilson bound equals the score
+                      # up to rounding, and matplotlib refuses a negative error bar.
+                      yerr=[[max(0.0, s - 100 * b[0]) for s, b in zip(scores, bounds, strict=True)],
+                            [max(0.0, 100 * b[1] - s) for s, b in zip(scores, bounds, strict=True)]])
     ax_score.axhline(50.0, color="grey", lw=0.8)
     ax_score.set_ylim(0, 100)
     ax_score.set_ylabel("score vs raw policy, % (95% CI)")
