@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..runtime.figures import save_figure  # noqa: E402
 from ..runtime.metrics import read_metrics  # noqa: E402
 
 
@@ -26,12 +27,7 @@ def plot_pass_at_k(curves: dict[str, dict[int, float]], out: str | Path,
     ax.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def plot_training(run_dirs: dict[str, str | Path], keys: list[str], out: str | Path) -> Path:
@@ -46,9 +42,4 @@ def plot_training(run_dirs: dict[str, str | Path], keys: list[str], out: str | P
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=110)

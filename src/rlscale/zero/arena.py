@@ -692,6 +692,8 @@ def plot_compute_curve(points: list[CurvePoint], out: str | Path, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from rlscale.runtime.figures import save_figure
+
     def x_of(sims: int) -> float:
         return float(sims) if sims > 0 else 0.5
 
@@ -731,9 +733,4 @@ def plot_compute_curve(points: list[CurvePoint], out: str | Path, title: str = "
     ax.set_ylabel("Elo over the raw policy")
     ax.legend(fontsize=8)
     fig.suptitle(title or "test-time compute")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

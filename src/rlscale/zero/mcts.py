@@ -97,11 +97,15 @@ class Forest:
         "action": (np.int32, False, -1),
     }
 
+    def _blank(self, name: str, capacity: int) -> np.ndarray:
+        dtype, per_action, fill = self._FIELDS[name]
+        shape = (self.num_trees, capacity) + ((self.num_actions,) if per_action else ())
+        return np.full(shape, fill, dtype=dtype)
+
     def _allocate(self, capacity: int) -> None:
         old = self.capacity
-        for name, (dtype, per_action, fill) in self._FIELDS.items():
-            shape = (self.num_trees, capacity) + ((self.num_actions,) if per_action else ())
-            arr = np.full(shape, fill, dtype=dtype)
+        for name in self._FIELDS:
+            arr = self._blank(name, capacity)
             if old:
                 arr[:, :old] = getattr(self, name)
             setattr(self, name, arr)
@@ -111,10 +115,8 @@ class Forest:
         """Unpickle a forest saved by an older version (e.g. in a resumed run's actor): a
         field it lacks is filled with its default; `proven` is derived from the terminals."""
         self.__dict__.update(state)
-        for name, (dtype, per_action, fill) in self._FIELDS.items():
-            if name not in state:
-                shape = (self.num_trees, self.capacity) + ((self.num_actions,) if per_action else ())
-                setattr(self, name, np.full(shape, fill, dtype=dtype))
+        for name in self._FIELDS.keys() - state.keys():
+            setattr(self, name, self._blank(name, self.capacity))
         if "proven" not in state:
             self.proven[...] = np.where(self.terminal, np.sign(self.terminal_value), 0)
 
