@@ -82,6 +82,24 @@ def test_losses_and_learner_fit_a_fixed_batch():
     assert last["value_loss"] < 0.3 * first["value_loss"]
     assert last["policy_loss"] < first["policy_loss"]
     assert learner.steps == 151
+    # Held-out losses: exact MSE / cross-entropy in eval mode, and a memorised batch scores far
+    # better than fresh positions with fresh outcomes (the overfitting the metric is for).
+    seen = learner.held_out(batch)
+    learner.net.eval()
+    with torch.no_grad():
+        logits, values = learner.net(torch.from_numpy(planes))
+    learner.net.train()
+    assert seen["value_loss"] == pytest.approx(float(((values.numpy() - outcome) ** 2).mean()),
+                                               rel=1e-5)
+    ce = -(policy * torch.log_softmax(logits, -1).numpy()).sum(-1).mean()
+    assert seen["policy_loss"] == pytest.approx(float(ce), rel=1e-5)
+    assert learner.net.training  # restored
+    fresh_planes = rng.integers(0, 2, (n, *game.plane_shape)).astype(np.float32)
+    fresh = Samples(fresh_planes, policy, rng.choice([-1.0, 0.0, 1.0], n).astype(np.float32),
+                    np.zeros(n, np.float32), np.zeros(n, np.int64))
+    assert learner.held_out(fresh)["value_loss"] > 2 * seen["value_loss"]
+    assert learner.held_out(Samples(*(x[:0] for x in (planes, policy, outcome,
+                                                       outcome, np.zeros(n, np.int64))))) == {}
     sgd = Learner(PolicyValueNet(game.plane_shape, 9, 1, 16),
                   TrainConfig(optimizer="sgd", lr=0.05, weight_decay=1e-4))
     assert isinstance(sgd.optimizer, torch.optim.SGD)

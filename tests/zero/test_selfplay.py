@@ -164,6 +164,8 @@ def test_checkpoint_and_exact_resume(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert "credit/value_loss" in rows[-1] and "staleness/lag_mean" in rows[-1]
+    assert rows[-1]["credit/held_out_value_loss"] >= 0.0
+    assert rows[-1]["bias_variance/held_out_policy_loss"] > 0.0
     ckpts = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
     assert ckpts == ["step_000002", "step_000004"]
     assert (tmp_path / "b" / "config.yaml").is_file()

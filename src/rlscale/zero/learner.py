@@ -76,6 +76,29 @@ class Learner:
         self.steps += 1
         return {k: float(v.detach()) for k, v in losses.items()}
 
+    @torch.inference_mode()
+    def held_out(self, samples: Samples, batch_size: int = 4096) -> dict[str, float]:
+        """Losses on samples the network has not been trained on (new self-play games, scored
+        before they enter the replay): value MSE against the game outcome z and policy
+        cross-entropy against the search. Next to the training losses this measures
+        overfitting; a value net that memorises its window's games (consecutive positions
+        share one z) scores far worse here than on its training batches."""
+        n = len(samples)
+        if n == 0:
+            return {}
+        was_training = self.net.training
+        self.net.eval()
+        value_sum = policy_sum = 0.0
+        for i in range(0, n, batch_size):
+            logits, values = self.net(torch.from_numpy(samples.planes[i : i + batch_size]))
+            z = torch.from_numpy(samples.outcome[i : i + batch_size])
+            target = torch.from_numpy(samples.policy[i : i + batch_size])
+            value_sum += float(((values - z) ** 2).sum())
+            policy_sum += float(-(target * torch.log_softmax(logits, -1)).sum())
+        if was_training:
+            self.net.train()
+        return {"value_loss": value_sum / n, "policy_loss": policy_sum / n}
+
     def publish(self, store: WeightStore) -> int:
         return store.publish(self.net.state_dict())
 

@@ -94,6 +94,8 @@ class ZeroRun:
         start = time.perf_counter()
         self.actor.sync()
         samples, play = self.actor.play(cfg.selfplay.games_per_iteration)
+        # Scored before they are trained on: the generalisation lens (see Learner.held_out).
+        held_out = self.learner.held_out(samples)
         self.replay.add(samples)
 
         train_start = time.perf_counter()
@@ -120,7 +122,7 @@ class ZeroRun:
         seconds = time.perf_counter() - start
         c.seconds += seconds
         return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds,
-                             self.learner.optimizer.param_groups[0]["lr"])
+                             self.learner.optimizer.param_groups[0]["lr"], held_out)
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
@@ -184,12 +186,17 @@ def _lens_metrics(
     seconds: float,
     train_seconds: float,
     lr: float,
+    held_out: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     outcomes = np.array(play.outcomes)
     m: dict[str, Any] = {}
     # credit assignment: is the value learnable and are outcomes balanced?
     if losses:
         m["credit/value_loss"] = float(np.mean([x["value_loss"] for x in losses]))
+    if held_out:
+        # the same losses on the new games, before training on them (value against z alone)
+        m["credit/held_out_value_loss"] = held_out["value_loss"]
+        m["bias_variance/held_out_policy_loss"] = held_out["policy_loss"]
     m["credit/outcome_p0_win"] = float((outcomes > 0).mean())
     m["credit/outcome_draw"] = float((outcomes == 0).mean())
     m["credit/outcome_p1_win"] = float((outcomes < 0).mean())
