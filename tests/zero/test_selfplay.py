@@ -166,6 +166,17 @@ def test_checkpoint_and_exact_resume(tmp_path):
     assert "credit/value_loss" in rows[-1] and "staleness/lag_mean" in rows[-1]
     assert rows[-1]["credit/held_out_value_loss"] >= 0.0
     assert rows[-1]["bias_variance/held_out_policy_loss"] > 0.0
+    # the version lag of every sample trained on, as a TensorBoard histogram per iteration
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "a" / "tb"), size_guidance={"histograms": 0})
+    events.Reload()
+    lags = events.Histograms("staleness/lag")
+    assert lags and lags[-1].step == 4
+    assert lags[-1].histogram_value.min >= 0
+    rows_a = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    steps = rows_a[-1]["counters/learner_steps"] - rows_a[-2]["counters/learner_steps"]
+    assert lags[-1].histogram_value.num == steps * 32 > 0  # batch_size=32 in _tiny
     ckpts = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
     assert ckpts == ["step_000002", "step_000004"]
     assert (tmp_path / "b" / "config.yaml").is_file()

@@ -87,6 +87,7 @@ class ZeroRun:
             cfg.replay.window_start, cfg.replay.window_growth,
         )
         self.counters = Counters()
+        self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
 
     # -- one iteration ------------------------------------------------------------------------
     def iterate(self) -> dict[str, Any]:
@@ -111,6 +112,7 @@ class ZeroRun:
                 versions.append(batch.policy_version)
         train_seconds = time.perf_counter() - train_start
         lag = staleness(self.store.version, np.concatenate(versions)) if versions else {}
+        self.last_lags = self.store.version - np.concatenate(versions) if versions else None
         if losses:
             self.counters.version = self.learner.publish(self.store)
 
@@ -259,6 +261,8 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> Train
                                 completed=run.counters.iteration)
             while run.counters.iteration < cfg.train.iterations:
                 metrics = logger.log(run.counters.iteration + 1, run.iterate())
+                if run.last_lags is not None:
+                    logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
                 bar.update(task, completed=run.counters.iteration, description=(
                     f"{cfg.name} games {run.counters.games} "
                     f"vloss {metrics.get('credit/value_loss', float('nan')):.3f} "
