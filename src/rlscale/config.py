@@ -58,17 +58,23 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value")
         key, _, raw = item.partition("=")
-        parts = key.strip().split(".")
-        if not all(parts):
-            raise ConfigError(f"override '{item}' has an empty key")
-        node = data
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override '{item}': '{part}' is not a section")
-            node = child
-        node[parts[-1]] = _parse_value(raw)
+        set_dotted(data, key, _parse_value(raw), what=f"override '{item}'")
     return data
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, what: str | None = None) -> None:
+    """data['a']['b']['c'] = value for key 'a.b.c', creating sections as needed."""
+    what = what or f"key '{key}'"
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"{what} has an empty key")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{what}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
 
 
 def _format_error(err: pydantic.ValidationError, source: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from rlscale.config import load_config
+from rlscale.config import ConfigError, load_config
 from rlscale.runtime.versions import WeightStore
 from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
@@ -139,12 +139,16 @@ def test_resignation_is_counted_and_checked():
 # -- the loop: checkpoint / resume, CLI ---------------------------------------------------------
 
 
-def _tiny(out: Path, iterations: int) -> ZeroConfig:
-    return load_config(ZeroConfig, None, [
+def _tiny_args(out: Path, iterations: int) -> list[str]:
+    return [
         f"out={out}", f"train.iterations={iterations}", "network.blocks=1", "network.channels=8",
         "mcts.simulations=8", "selfplay.concurrent_games=8", "selfplay.games_per_iteration=8",
         "train.min_replay=32", "train.batch_size=32", "checkpoint.every=2", "checkpoint.keep=3",
-    ])
+    ]
+
+
+def _tiny(out: Path, iterations: int) -> ZeroConfig:
+    return load_config(ZeroConfig, None, _tiny_args(out, iterations))
 
 
 def test_checkpoint_and_exact_resume(tmp_path):
@@ -180,6 +184,48 @@ def test_checkpoint_and_exact_resume(tmp_path):
     ckpts = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
     assert ckpts == ["step_000002", "step_000004"]
     assert (tmp_path / "b" / "config.yaml").is_file()
+
+
+def test_stages_change_settings_mid_run_like_a_resume(tmp_path):
+    stages = ["stages={4: {train.lr: 0.01, train.sample_reuse: 2.0, replay.capacity: 100,"
+              " train.value_target_mix: 0.5}}"]
+    straight = train(load_config(ZeroConfig, None, [*_tiny_args(tmp_path / "a", 5), *stages]),
+                     progress=False)
+    # By hand: stop after iteration 3, resume the same config to 5.
+    train(load_config(ZeroConfig, None, [*_tiny_args(tmp_path / "b", 3), *stages]),
+          progress=False)
+    resumed = train(load_config(ZeroConfig, None, [*_tiny_args(tmp_path / "b", 5), *stages]),
+                    resume=True, progress=False)
+    wa = load_agent(straight.final_dir).net.state_dict()
+    wb = load_agent(resumed.final_dir).net.state_dict()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)
+    rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/lr"] for r in rows] == [2e-3, 2e-3, 2e-3, 0.01, 0.01]
+    assert rows[2]["replay/size"] > 100 and rows[4]["replay/size"] == 100
+    steps = [b["counters/learner_steps"] - a["counters/learner_steps"]
+             for a, b in zip(rows, rows[1:], strict=False)]
+    # sample_reuse 2 instead of 4: half the learner steps per new sample
+    per_sample = [s / r["counters/samples"] for s, r in zip(steps, rows[1:], strict=True)]
+    assert per_sample[-1] < per_sample[1]
+    assert (tmp_path / "a" / "checkpoints" / "step_000003").is_dir()  # saved at the switch
+
+
+def test_stage_config_errors():
+    base = ["train.iterations=10"]
+    cfg = load_config(ZeroConfig, None, [*base, "stages={3: {train.lr: 0.1}, 6: {mcts.c_puct: 2}}"])
+    assert cfg.at_iteration(2).train.lr == cfg.train.lr and cfg.at_iteration(3).train.lr == 0.1
+    assert cfg.at_iteration(7).train.lr == 0.1 and cfg.at_iteration(7).mcts.c_puct == 2
+    assert cfg.stage_start(1) == 1 and cfg.stage_start(5) == 3 and cfg.stage_start(9) == 6
+    for stage, words in [("{3: {train.lrr: 0.1}}", "stages.3: train.lrr"),
+                         ("{3: {network.blocks: 9}}", "stages.3.network.blocks: cannot change"),
+                         ("{3: {train.iterations: 9}}", "cannot change"),
+                         ("{1: {train.lr: 0.1}}", "iteration 2 or later"),
+                         ("{3: {train.lr.x: 0.1}}", "stages.3"),
+                         ("{3: {train.lr: fast}}", "stages.3: train.lr")]:
+        with pytest.raises(ConfigError) as err:
+            load_config(ZeroConfig, None, [*base, f"stages={stage}"])
+        assert words in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
 
 
 def test_cli_train_and_config_errors(tmp_path):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from rlscale.config import StrictModel
+from rlscale.config import ConfigError, StrictModel, set_dotted
 
 
 class GameConfig(StrictModel):
@@ -108,6 +108,10 @@ class CheckpointConfig(StrictModel):
     keep: int = pydantic.Field(2, ge=1)
 
 
+# Sections a stage may not change: they define what the run is.
+_FIXED_IN_A_RUN = ("name", "out", "game", "network", "stages")
+
+
 class ZeroConfig(StrictModel):
     name: str = "tictactoe"  # run name: the run directory defaults to runs/zero/<name>
     out: str | None = None  # run directory (overrides the default)
@@ -122,6 +126,45 @@ class ZeroConfig(StrictModel):
     replay: ReplayConfig = ReplayConfig()
     train: TrainConfig = TrainConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    # Stages: {iteration: {dotted.key: value}} changes settings from that iteration on, e.g.
+    # {116: {train.lr: 5e-4, train.value_target_mix: 0.5, replay.capacity: 300000}}. At a
+    # stage's first iteration the loop checkpoints and resumes itself with the new settings,
+    # exactly as a stopped run resumed with an edited config would. Later stages apply on top
+    # of earlier ones. The game, the network and the stopping rule cannot change.
+    stages: dict[int, dict[str, Any]] = {}
+
+    @pydantic.model_validator(mode="after")
+    def _check_stages(self) -> ZeroConfig:
+        for start in sorted(self.stages):
+            if start < 2:
+                raise ValueError(f"stages.{start}: a stage starts at iteration 2 or later")
+            for key in self.stages[start]:
+                if key.split(".")[0] in _FIXED_IN_A_RUN or key == "train.iterations":
+                    raise ValueError(f"stages.{start}.{key}: cannot change during a run")
+            try:
+                self.at_iteration(start)
+            except pydantic.ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise ValueError(f"stages.{start}: {where}: {first['msg']}") from None
+        return self
+
+    def stage_start(self, iteration: int) -> int:
+        """The first iteration of the stage `iteration` belongs to (1 before any stage)."""
+        return max([s for s in self.stages if s <= iteration], default=1)
+
+    def at_iteration(self, iteration: int) -> ZeroConfig:
+        """The settings in force at `iteration` (1-based): the base config with every stage
+        that has started applied in order."""
+        data = self.model_dump()
+        data["stages"] = {}  # the result is one stage's settings
+        for start in sorted(s for s in self.stages if s <= iteration):
+            for key, value in self.stages[start].items():
+                try:
+                    set_dotted(data, key, value)
+                except ConfigError as err:
+                    raise ValueError(f"stages.{start}: {err}") from None
+        return ZeroConfig.model_validate(data)
 
     @pydantic.model_validator(mode="after")
     def _check_play_mcts(self) -> ZeroConfig:

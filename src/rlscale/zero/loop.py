@@ -29,6 +29,7 @@ from rlscale.config import dump_config
 from rlscale.runtime.checkpoint import (
     atomic_dir,
     checkpoint_path,
+    checkpoint_step,
     latest_checkpoint,
     prune_checkpoints,
     rng_state,
@@ -88,6 +89,7 @@ class ZeroRun:
         )
         self.counters = Counters()
         self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
+        self.stage = 1  # first iteration of the config stage these settings belong to
 
     # -- one iteration ------------------------------------------------------------------------
     def iterate(self) -> dict[str, Any]:
@@ -232,20 +234,32 @@ def _lens_metrics(
     return m
 
 
+def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None) -> ZeroRun:
+    """A ZeroRun with the settings of the stage `iteration` is in, from `checkpoint` if any."""
+    stage = cfg.at_iteration(iteration)
+    torch.set_num_threads(stage.train.threads)
+    run = ZeroRun(stage)
+    run.stage = cfg.stage_start(iteration)
+    if checkpoint is not None:
+        run.load_checkpoint(checkpoint)
+    return run
+
+
 def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> TrainResult:
-    """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes)."""
-    torch.set_num_threads(cfg.train.threads)
-    run = ZeroRun(cfg)
-    run_dir = run.run_dir
+    """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes).
+
+    At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
+    that stage's settings, so a staged run and one stopped and resumed by hand agree."""
+    run_dir = cfg.run_dir()
     resumed_from = None
     if resume:
         resumed_from = latest_checkpoint(run_dir)
-        if resumed_from is not None:
-            run.load_checkpoint(resumed_from)
     elif latest_checkpoint(run_dir) is not None:
         raise FileExistsError(
             f"{run_dir} already holds checkpoints: pass --resume, or --out a new directory"
         )
+    done = checkpoint_step(resumed_from) if resumed_from is not None else 0
+    run = _start_run(cfg, done + 1, resumed_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
     logger = MetricsLogger(
@@ -260,6 +274,12 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> Train
             task = bar.add_task(cfg.name, total=cfg.train.iterations,
                                 completed=run.counters.iteration)
             while run.counters.iteration < cfg.train.iterations:
+                upcoming = run.counters.iteration + 1
+                if cfg.stage_start(upcoming) != run.stage:
+                    path = checkpoint_path(run_dir, run.counters.iteration)
+                    if not path.is_dir():
+                        path = run.save_checkpoint()
+                    run = _start_run(cfg, upcoming, path)
                 metrics = logger.log(run.counters.iteration + 1, run.iterate())
                 if run.last_lags is not None:
                     logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
@@ -269,9 +289,9 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> Train
                     f"ploss {metrics.get('bias_variance/policy_loss', float('nan')):.3f}"
                 ))
                 last = run.counters.iteration >= cfg.train.iterations
-                out_of_time = (cfg.train.max_minutes is not None
-                               and time.perf_counter() - started > 60 * cfg.train.max_minutes)
-                if run.counters.iteration % cfg.checkpoint.every == 0 or last or out_of_time:
+                budget = run.cfg.train.max_minutes
+                out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
+                if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
                     run.save_checkpoint()
                 if out_of_time:
                     break
