@@ -80,7 +80,8 @@ def load_agent_or_fresh(model: str | None, search: str):
     cfg = load_config(ZeroConfig, REPO / "configs" / "zero" / "connect4.yaml")
     game = make_game("connect4")
     net = PolicyValueNet(game.plane_shape, game.num_actions, cfg.network.blocks,
-                         cfg.network.channels, cfg.network.value_hidden).eval()
+                         cfg.network.channels, cfg.network.value_hidden,
+                         cfg.network.value_channels).eval()
     mcts = cfg.mcts if search == "trained" else cfg.mcts.model_copy(
         update={"gumbel": search == "gumbel"})
     return NetworkAgent(Agent(game, net, mcts), 0), "fresh network (no model found)"

@@ -11,7 +11,7 @@ import torch
 from rlscale.zero.config import TrainConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner, zero_losses
-from rlscale.zero.network import PolicyValueNet, load_network, save_network
+from rlscale.zero.network import PolicyValueNet, grow_network, load_network, save_network
 from rlscale.zero.replay import Samples
 
 torch.set_num_threads(1)
@@ -119,3 +119,33 @@ def test_learning_rate_step_schedule():
                       TrainConfig(lr=1e-3, lr_steps={10: 5e-4, 20: 1e-4}))
     assert [learner.lr_at(i) for i in (1, 9, 10, 19, 20, 99)] == [
         1e-3, 1e-3, 5e-4, 5e-4, 1e-4, 1e-4]
+
+
+def test_grow_network_keeps_the_function_and_trains_the_new_parts(tmp_path):
+    torch.manual_seed(0)
+    net = PolicyValueNet((3, 6, 7), 7, blocks=2, channels=16, value_hidden=8)
+    # non-trivial BatchNorm statistics, as in a trained net
+    net.train()
+    for _ in range(3):
+        net(torch.rand(32, 3, 6, 7))
+    grown = grow_network(net, blocks=4, value_channels=3)
+    assert grown.arch == {"blocks": 4, "channels": 16, "value_hidden": 8, "value_channels": 3}
+    net.eval()
+    grown.eval()
+    x = torch.rand(16, 3, 6, 7).round()
+    with torch.no_grad():
+        (la, va), (lb, vb) = net(x), grown(x)
+    torch.testing.assert_close(la, lb, rtol=0, atol=1e-6)
+    torch.testing.assert_close(va, vb, rtol=0, atol=1e-6)
+    # the zero-initialised parts get gradients, so they learn
+    grown.train()
+    logits, values = grown(x)
+    (values.sum() + logits.logsumexp(-1).sum()).backward()
+    assert grown.tower[3].bn2.weight.grad.abs().sum() > 0
+    assert grown.value_head[4].weight.grad[:, 42:].abs().sum() > 0
+    # saved and loaded with its new shape
+    save_network(grown, tmp_path / "m", "connect4")
+    loaded, meta = load_network(tmp_path / "m")
+    assert meta.blocks == 4 and meta.value_channels == 3 and loaded.arch == grown.arch
+    with pytest.raises(ValueError, match="can only grow"):
+        grow_network(grown, blocks=2, value_channels=3)

@@ -211,6 +211,22 @@ def test_stages_change_settings_mid_run_like_a_resume(tmp_path):
     assert (tmp_path / "a" / "checkpoints" / "step_000003").is_dir()  # saved at the switch
 
 
+def test_a_stage_grows_the_network(tmp_path):
+    args = [*_tiny_args(tmp_path / "g", 4), "stages={3: {network.blocks: 2, network.value_channels: 2}}"]
+    result = train(load_config(ZeroConfig, None, args), progress=False)
+    agent = load_agent(result.final_dir)
+    assert agent.net.arch["blocks"] == 2 and agent.net.arch["value_channels"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["counters/learner_steps"] > rows[1]["counters/learner_steps"]
+    # the checkpoint before the switch keeps the small net; resuming the grown run works
+    small = load_agent(tmp_path / "g" / "checkpoints" / "step_000002")
+    assert small.net.arch["blocks"] == 1
+    more = train(load_config(ZeroConfig, None, [*args[:1], "train.iterations=5", *args[2:]]),
+                 resume=True, progress=False)
+    assert more.counters.iteration == 5
+
+
 def test_stage_config_errors():
     base = ["train.iterations=10"]
     cfg = load_config(ZeroConfig, None, [*base, "stages={3: {train.lr: 0.1}, 6: {mcts.c_puct: 2}}"])
@@ -218,7 +234,9 @@ def test_stage_config_errors():
     assert cfg.at_iteration(7).train.lr == 0.1 and cfg.at_iteration(7).mcts.c_puct == 2
     assert cfg.stage_start(1) == 1 and cfg.stage_start(5) == 3 and cfg.stage_start(9) == 6
     for stage, words in [("{3: {train.lrr: 0.1}}", "stages.3: train.lrr"),
-                         ("{3: {network.blocks: 9}}", "stages.3.network.blocks: cannot change"),
+                         ("{3: {network.channels: 9}}", "stages.3.network.channels: cannot"),
+                         ("{3: {network.blocks: 0}}", "stages.3.network.blocks: a network can "
+                                                      "only grow"),
                          ("{3: {train.iterations: 9}}", "cannot change"),
                          ("{1: {train.lr: 0.1}}", "iteration 2 or later"),
                          ("{3: {train.lr.x: 0.1}}", "stages.3"),

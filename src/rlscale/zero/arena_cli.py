@@ -432,7 +432,8 @@ def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, se
             torch.manual_seed(seed)
             arch = NetworkConfig()
             nets[size] = PolicyValueNet(game.plane_shape, game.num_actions, arch.blocks,
-                                        arch.channels, arch.value_hidden).eval()
+                                        arch.channels, arch.value_hidden,
+                                        arch.value_channels).eval()
         return game
 
     def choose_move(game: Go, state: Any) -> int:

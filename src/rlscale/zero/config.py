@@ -23,6 +23,8 @@ class NetworkConfig(StrictModel):
     blocks: int = pydantic.Field(2, ge=0)  # residual blocks
     channels: int = pydantic.Field(32, ge=1)
     value_hidden: int = pydantic.Field(32, ge=1)  # width of the value head's hidden layer
+    # 1x1-conv planes into the value head (AlphaZero: 1; more let the value see more features)
+    value_channels: int = pydantic.Field(1, ge=1)
 
 
 class MCTSConfig(StrictModel):
@@ -108,8 +110,10 @@ class CheckpointConfig(StrictModel):
     keep: int = pydantic.Field(2, ge=1)
 
 
-# Sections a stage may not change: they define what the run is.
+# Sections a stage may not change: they define what the run is. The network may grow (see
+# network.grow_network: the bigger net starts as the same function).
 _FIXED_IN_A_RUN = ("name", "out", "game", "network", "stages")
+_GROWABLE = ("network.blocks", "network.value_channels")
 
 
 class ZeroConfig(StrictModel):
@@ -130,7 +134,9 @@ class ZeroConfig(StrictModel):
     # {116: {train.lr: 5e-4, train.value_target_mix: 0.5, replay.capacity: 300000}}. At a
     # stage's first iteration the loop checkpoints and resumes itself with the new settings,
     # exactly as a stopped run resumed with an edited config would. Later stages apply on top
-    # of earlier ones. The game, the network and the stopping rule cannot change.
+    # of earlier ones. The game and the stopping rule cannot change; the network can only grow
+    # (network.blocks, network.value_channels), starting as the same function with a fresh
+    # optimizer state.
     stages: dict[int, dict[str, Any]] = {}
 
     @pydantic.model_validator(mode="after")
@@ -139,14 +145,20 @@ class ZeroConfig(StrictModel):
             if start < 2:
                 raise ValueError(f"stages.{start}: a stage starts at iteration 2 or later")
             for key in self.stages[start]:
+                if key in _GROWABLE:
+                    continue
                 if key.split(".")[0] in _FIXED_IN_A_RUN or key == "train.iterations":
                     raise ValueError(f"stages.{start}.{key}: cannot change during a run")
             try:
-                self.at_iteration(start)
+                before, after = self.at_iteration(start - 1), self.at_iteration(start)
             except pydantic.ValidationError as err:
                 first = err.errors()[0]
                 where = ".".join(str(x) for x in first["loc"])
                 raise ValueError(f"stages.{start}: {where}: {first['msg']}") from None
+            for key in _GROWABLE:
+                field = key.split(".")[1]
+                if getattr(after.network, field) < getattr(before.network, field):
+                    raise ValueError(f"stages.{start}.{key}: a network can only grow")
         return self
 
     def stage_start(self, iteration: int) -> int:

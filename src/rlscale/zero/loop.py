@@ -40,7 +40,7 @@ from rlscale.runtime.versions import WeightStore, staleness
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
-from rlscale.zero.network import PolicyValueNet, load_network, save_network
+from rlscale.zero.network import PolicyValueNet, grow_network, load_network, save_network
 from rlscale.zero.replay import ReplayWindow
 from rlscale.zero.selfplay import Actor, PlayStats
 
@@ -76,7 +76,7 @@ class ZeroRun:
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         net_args = (self.game.plane_shape, self.game.num_actions, cfg.network.blocks,
-                    cfg.network.channels, cfg.network.value_hidden)
+                    cfg.network.channels, cfg.network.value_hidden, cfg.network.value_channels)
         self.learner = Learner(PolicyValueNet(*net_args), cfg.train)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         self.actor = Actor(
@@ -157,9 +157,18 @@ class ZeroRun:
 
     def load_checkpoint(self, path: Path) -> None:
         net, _ = load_network(path, self.game.name, self.cfg.game.kwargs)
+        grown = net.arch != self.learner.net.arch
+        if grown:  # a stage grew the network: same function, more capacity
+            net = grow_network(net, self.cfg.network.blocks, self.cfg.network.value_channels)
+            if net.arch != self.learner.net.arch:
+                raise ValueError(f"checkpoint {path} holds a {net.arch} network, the config "
+                                 f"asks for {self.learner.net.arch}")
         self.learner.net.load_state_dict(net.state_dict())
         state = torch.load(path / "trainer.pt", weights_only=False)
-        self.learner.load_state_dict(state["learner"])
+        if grown:  # the optimizer state belongs to the old parameters: start it afresh
+            self.learner.steps = state["learner"]["steps"]
+        else:
+            self.learner.load_state_dict(state["learner"])
         self.counters = Counters(**state["counters"])
         set_rng_state(state["rng"])
         self.rng.bit_generator.state = state["learner_rng"]

@@ -49,12 +49,14 @@ class PolicyValueNet(nn.Module):
         blocks: int = 5,
         channels: int = 64,
         value_hidden: int = 64,
+        value_channels: int = 1,
     ) -> None:
         super().__init__()
         planes, height, width = plane_shape
         self.plane_shape = tuple(plane_shape)
         self.num_actions = num_actions
-        self.arch = {"blocks": blocks, "channels": channels, "value_hidden": value_hidden}
+        self.arch = {"blocks": blocks, "channels": channels, "value_hidden": value_hidden,
+                     "value_channels": value_channels}
         self.stem = nn.Sequential(
             nn.Conv2d(planes, channels, 3, padding=1, bias=False),
             nn.BatchNorm2d(channels),
@@ -69,11 +71,11 @@ class PolicyValueNet(nn.Module):
             nn.Linear(2 * height * width, num_actions),
         )
         self.value_head = nn.Sequential(
-            nn.Conv2d(channels, 1, 1, bias=False),
-            nn.BatchNorm2d(1),
+            nn.Conv2d(channels, value_channels, 1, bias=False),
+            nn.BatchNorm2d(value_channels),
             nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(height * width, value_hidden),
+            nn.Linear(value_channels * height * width, value_hidden),
             nn.ReLU(),
             nn.Linear(value_hidden, 1),
         )
@@ -102,6 +104,44 @@ class PolicyValueNet(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def grow_network(net: PolicyValueNet, blocks: int, value_channels: int) -> PolicyValueNet:
+    """A bigger network that computes exactly the same function as `net` (Net2Net-style), to
+    go on training with more capacity without starting over.
+
+    New residual blocks go after the old ones with their last BatchNorm's scale and shift at
+    zero, so each starts as the identity (its input is already non-negative, after a ReLU).
+    New value-head planes get zero weights in the layer they feed. Both train from there:
+    the zeroed parameters still receive gradients."""
+    arch = net.arch
+    if blocks < arch["blocks"] or value_channels < arch["value_channels"]:
+        raise ValueError(
+            f"a network can only grow: {arch['blocks']} -> {blocks} blocks, "
+            f"{arch['value_channels']} -> {value_channels} value planes"
+        )
+    grown = PolicyValueNet(net.plane_shape, net.num_actions, blocks, arch["channels"],
+                           arch["value_hidden"], value_channels)
+    old, new = net.state_dict(), grown.state_dict()
+    with torch.no_grad():
+        for key, value in old.items():
+            if not key.startswith(("value_head.0.", "value_head.1.", "value_head.4.")):
+                new[key].copy_(value)
+        for i in range(arch["blocks"], blocks):
+            new[f"tower.{i}.bn2.weight"].zero_()
+            new[f"tower.{i}.bn2.bias"].zero_()
+        c = arch["value_channels"]
+        new["value_head.0.weight"][:c] = old["value_head.0.weight"]
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            new[f"value_head.1.{name}"][:c] = old[f"value_head.1.{name}"]
+        new["value_head.1.num_batches_tracked"].copy_(old["value_head.1.num_batches_tracked"])
+        cells = old["value_head.4.weight"].shape[1] // c
+        new["value_head.4.weight"].zero_()
+        new["value_head.4.weight"][:, : c * cells] = old["value_head.4.weight"]
+        new["value_head.4.bias"].copy_(old["value_head.4.bias"])
+    grown.load_state_dict(new)
+    grown.train(net.training)
+    return grown
+
+
 @dataclass
 class ModelMeta:
     """What `model.json` holds: enough to rebuild the network and to refuse a wrong game."""
@@ -113,6 +153,7 @@ class ModelMeta:
     blocks: int
     channels: int
     value_hidden: int = 64
+    value_channels: int = 1  # 1x1 conv planes feeding the value head's hidden layer
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the search settings used
 
@@ -143,6 +184,7 @@ def save_network(
         blocks=net.arch["blocks"],
         channels=net.arch["channels"],
         value_hidden=net.arch["value_hidden"],
+        value_channels=net.arch["value_channels"],
         extra=dict(extra or {}),
     )
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
@@ -172,7 +214,8 @@ def load_network(
                 f"checkpoint {path} is for {meta.describe_game()}, not for {wanted}"
             )
     net = PolicyValueNet(
-        tuple(meta.plane_shape), meta.num_actions, meta.blocks, meta.channels, meta.value_hidden
+        tuple(meta.plane_shape), meta.num_actions, meta.blocks, meta.channels, meta.value_hidden,
+        meta.value_channels,
     )
     net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
     net.eval()
