@@ -110,6 +110,12 @@ class CheckpointConfig(StrictModel):
     keep: int = pydantic.Field(2, ge=1)
 
 
+def _first_error(err: pydantic.ValidationError) -> str:
+    """'where: message' of a validation error's first complaint, for one-line errors."""
+    first = err.errors()[0]
+    return ".".join(str(x) for x in first["loc"]) + ": " + first["msg"]
+
+
 # Sections a stage may not change: they define what the run is. The network may grow (see
 # network.grow_network: the bigger net starts as the same function).
 _FIXED_IN_A_RUN = ("name", "out", "game", "network", "stages")
@@ -152,9 +158,7 @@ class ZeroConfig(StrictModel):
             try:
                 before, after = self.at_iteration(start - 1), self.at_iteration(start)
             except pydantic.ValidationError as err:
-                first = err.errors()[0]
-                where = ".".join(str(x) for x in first["loc"])
-                raise ValueError(f"stages.{start}: {where}: {first['msg']}") from None
+                raise ValueError(f"stages.{start}: {_first_error(err)}") from None
             for key in _GROWABLE:
                 field = key.split(".")[1]
                 if getattr(after.network, field) < getattr(before.network, field):
@@ -183,9 +187,7 @@ class ZeroConfig(StrictModel):
         try:
             MCTSConfig(**{**self.mcts.model_dump(), **self.play_mcts})
         except pydantic.ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise ValueError(f"play_mcts.{where}: {first['msg']}") from None
+            raise ValueError(f"play_mcts.{_first_error(err)}") from None
         return self
 
     def run_dir(self) -> Path:
