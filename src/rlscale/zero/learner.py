@@ -90,11 +90,12 @@ class Learner:
         self.net.eval()
         value_sum = policy_sum = 0.0
         for i in range(0, n, batch_size):
-            logits, values = self.net(torch.from_numpy(samples.planes[i : i + batch_size]))
-            z = torch.from_numpy(samples.outcome[i : i + batch_size])
-            target = torch.from_numpy(samples.policy[i : i + batch_size])
-            value_sum += float(((values - z) ** 2).sum())
-            policy_sum += float(-(target * torch.log_softmax(logits, -1)).sum())
+            chunk = slice(i, i + batch_size)
+            logits, values = self.net(torch.from_numpy(samples.planes[chunk]))
+            losses = zero_losses(logits, values, torch.from_numpy(samples.policy[chunk]),
+                                 torch.from_numpy(samples.outcome[chunk]))
+            value_sum += float(losses["value_loss"]) * len(values)
+            policy_sum += float(losses["policy_loss"]) * len(values)
         if was_training:
             self.net.train()
         return {"value_loss": value_sum / n, "policy_loss": policy_sum / n}

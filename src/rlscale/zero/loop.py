@@ -69,7 +69,7 @@ class TrainResult:
 class ZeroRun:
     """Everything a run holds; `iterate()` is one round of the loop."""
 
-    def __init__(self, cfg: ZeroConfig) -> None:
+    def __init__(self, cfg: ZeroConfig, stage: int = 1) -> None:
         self.cfg = cfg
         self.run_dir = cfg.run_dir()
         self.game = make_game(cfg.game.name, **cfg.game.kwargs)
@@ -89,7 +89,7 @@ class ZeroRun:
         )
         self.counters = Counters()
         self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
-        self.stage = 1  # first iteration of the config stage these settings belong to
+        self.stage = stage  # first iteration of the config stage `cfg` holds the settings of
 
     # -- one iteration ------------------------------------------------------------------------
     def iterate(self) -> dict[str, Any]:
@@ -247,8 +247,7 @@ def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None) -> Zero
     """A ZeroRun with the settings of the stage `iteration` is in, from `checkpoint` if any."""
     stage = cfg.at_iteration(iteration)
     torch.set_num_threads(stage.train.threads)
-    run = ZeroRun(stage)
-    run.stage = cfg.stage_start(iteration)
+    run = ZeroRun(stage, cfg.stage_start(iteration))
     if checkpoint is not None:
         run.load_checkpoint(checkpoint)
     return run
