@@ -136,6 +136,48 @@ def test_resignation_is_counted_and_checked():
     assert 0 <= stats.false_resignations <= stats.playout_would_resign
 
 
+def _opening_actor(game, **selfplay):
+    torch.manual_seed(0)
+    net = PolicyValueNet(game.plane_shape, game.num_actions, 1, 8)
+    cfg = SelfPlayConfig(concurrent_games=8, **{"temperature_moves": 0, **selfplay})
+    actor = Actor(game, PolicyValueNet(game.plane_shape, game.num_actions, 1, 8),
+                  MCTSConfig(simulations=8, gumbel=True, gumbel_considered=9), cfg,
+                  WeightStore(net.state_dict()), np.random.default_rng(0))
+    actor.sync()
+    return actor
+
+
+def test_random_openings_diversify_games_and_are_not_recorded():
+    # Greedy Gumbel search with no sampling: every game is the same line.
+    samples, stats = _opening_actor(TTT).play(16)
+    assert stats.games >= 16 and stats.distinct_games == 1
+    assert len(samples) == sum(stats.lengths)
+    # Every game opens with 1-3 random moves: many lines, and no sample holds the empty
+    # board or any opening position (positions before the search took over are not trained on).
+    samples, stats = _opening_actor(
+        TTT, random_opening_share=1.0, random_opening_plies=3).play(32)
+    assert stats.distinct_games > 8
+    stones = samples.planes[:, :2].sum((1, 2, 3))
+    assert stones.min() >= 1
+    assert len(samples) < sum(stats.lengths)  # opening plies count in the length, not as samples
+    # An opening never finishes the game: with up to 9 random plies every game still gets a
+    # searched (recorded) move, and every game counts.
+    samples, stats = _opening_actor(
+        TTT, random_opening_share=1.0, random_opening_plies=9).play(16)
+    assert stats.games >= 16 and len(samples) >= stats.games
+    assert samples.planes[:, :2].sum((1, 2, 3)).max() <= 8
+
+
+def test_random_openings_off_leave_self_play_unchanged():
+    # share 0 (or 0 plies) draws nothing from the RNG: the same games as without the option.
+    # Sampled openings (temperature_moves) make the games depend on the RNG stream.
+    plain, stats = _opening_actor(TTT, temperature_moves=4).play(12)
+    assert stats.distinct_games > 1
+    off, _ = _opening_actor(TTT, temperature_moves=4, random_opening_share=0.5).play(12)
+    np.testing.assert_array_equal(plain.planes, off.planes)
+    np.testing.assert_array_equal(plain.policy, off.policy)
+
+
 # -- the loop: checkpoint / resume, CLI ---------------------------------------------------------
 
 
@@ -170,6 +212,7 @@ def test_checkpoint_and_exact_resume(tmp_path):
     assert "credit/value_loss" in rows[-1] and "staleness/lag_mean" in rows[-1]
     assert rows[-1]["credit/held_out_value_loss"] >= 0.0
     assert rows[-1]["bias_variance/held_out_policy_loss"] > 0.0
+    assert 0.0 < rows[-1]["moving/distinct_games"] <= 1.0
     # the version lag of every sample trained on, as a TensorBoard histogram per iteration
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

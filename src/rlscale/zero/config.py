@@ -64,6 +64,13 @@ class SelfPlayConfig(StrictModel):
     # Exploration in the opening: for this many plies PUCT samples moves from the visit counts
     # (tau=1; later the most visited) and Gumbel search adds its Gumbel noise (later none).
     temperature_moves: int = 4
+    # Random openings (diversity): this share of games starts with 1..random_opening_plies
+    # uniformly random moves (drawn per game), played before the search takes over and not
+    # recorded as samples. Without it a sharp network's self-play can collapse onto a few
+    # lines (e.g. every game of an iteration the same draw), and its value net never sees
+    # the positions a different opponent steers into.
+    random_opening_share: float = pydantic.Field(0.0, ge=0.0, le=1.0)
+    random_opening_plies: int = pydantic.Field(0, ge=0)
     # Playout-cap randomisation (KataGo): with probability full_search_prob a move gets the full
     # `mcts.simulations` and becomes a training sample; otherwise it gets fast_simulations, no
     # noise, and is not recorded. None disables it (every move is a full, recorded search).

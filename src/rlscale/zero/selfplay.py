@@ -33,6 +33,7 @@ class _Slot:
     player: list[int] = field(default_factory=list)
     root_value: list[float] = field(default_factory=list)
     version: list[int] = field(default_factory=list)
+    moves: list[int] = field(default_factory=list)  # every move of the game, openings included
     ply: int = 0
     may_resign: bool = True  # False in the share of games played out to check resignations
     would_resign: int | None = None  # who would have resigned, in a played-out game
@@ -49,6 +50,7 @@ class PlayStats:
     seconds: float = 0.0
     lengths: list[int] = field(default_factory=list)
     outcomes: list[float] = field(default_factory=list)  # from player 0's view
+    distinct_games: int = 0  # finished games whose move sequences differ
     kl_sum: float = 0.0  # KL(search policy || network prior) summed over recorded moves
     resigned: int = 0
     playout_would_resign: int = 0  # played-out games in which someone would have resigned
@@ -78,10 +80,25 @@ class Actor:
         n = selfplay.concurrent_games
         self.forest = Forest(game, n, capacity=2 * mcts.simulations + 2)
         self.slots = [self._new_game(i) for i in range(n)]
+        self._finished: list[tuple[int, ...]] = []  # move sequences of this play() call
 
     def _new_game(self, i: int) -> _Slot:
-        self.forest.reset(i, self.game.initial_state())
-        return _Slot(may_resign=self.rng.random() >= self.config.resign_playout_share)
+        game, cfg = self.game, self.config
+        state, moves = game.initial_state(), []
+        # The RNG is drawn from only when random openings are on, so runs without them replay
+        # exactly as before the option existed.
+        if cfg.random_opening_plies > 0 and cfg.random_opening_share > 0:
+            if self.rng.random() < cfg.random_opening_share:
+                for _ in range(int(self.rng.integers(1, cfg.random_opening_plies + 1))):
+                    action = int(self.rng.choice(np.flatnonzero(game.legal_mask(state))))
+                    after = game.apply(state, action)
+                    if game.is_terminal(after):  # an opening never ends the game
+                        break
+                    state = after
+                    moves.append(action)
+        self.forest.reset(i, state)
+        return _Slot(moves=moves, ply=len(moves),
+                     may_resign=self.rng.random() >= self.config.resign_playout_share)
 
     def sync(self) -> int:
         """Pull the newest weights if the store has a newer version."""
@@ -96,12 +113,14 @@ class Actor:
         """Move all games until `num_games` have finished; return their samples."""
         start = time.perf_counter()
         stats = PlayStats()
+        self._finished = []
         parts: list[Samples] = []
         while stats.games < num_games:
             self._step(parts, stats)
         stats.seconds = time.perf_counter() - start
         samples = Samples.concat(parts) if parts else _empty(self.game)
         stats.positions = len(samples)
+        stats.distinct_games = len(set(self._finished))
         return samples, stats
 
     def _step(self, parts: list[Samples], stats: PlayStats) -> None:
@@ -145,6 +164,7 @@ class Actor:
                 if slot.would_resign is None:
                     slot.would_resign = player
             state = self.forest.advance(i, int(result.chosen[i]), reuse=self.mcts.reuse_tree)
+            slot.moves.append(int(result.chosen[i]))
             slot.ply += 1
             if game.is_terminal(state):
                 self._finish(i, game.outcome(state), parts, stats)
@@ -154,6 +174,7 @@ class Actor:
         stats.games += 1
         stats.lengths.append(slot.ply)
         stats.outcomes.append(outcome)
+        self._finished.append(tuple(slot.moves))
         if slot.would_resign is not None:
             stats.playout_would_resign += 1
             loser_view = outcome if slot.would_resign == 0 else -outcome
@@ -176,6 +197,9 @@ class Actor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.forest, self.slots = state["forest"], state["slots"]
+        for slot in self.slots:  # checkpoints from before moves were kept: unknown so far
+            if not hasattr(slot, "moves"):
+                slot.moves = []
         self.rng.bit_generator.state = state["rng"]
         self.version = -1  # reload weights from the store on the next sync
 
