@@ -150,13 +150,13 @@ def _opening_actor(game, **selfplay):
 def test_random_openings_diversify_games_and_are_not_recorded():
     # Greedy Gumbel search with no sampling: every game is the same line.
     samples, stats = _opening_actor(TTT).play(16)
-    assert stats.games >= 16 and stats.distinct_games == 1
+    assert stats.games >= 16 and len(stats.sequences) == 1
     assert len(samples) == sum(stats.lengths)
     # Every game opens with 1-3 random moves: many lines, and no sample holds the empty
     # board or any opening position (positions before the search took over are not trained on).
     samples, stats = _opening_actor(
         TTT, random_opening_share=1.0, random_opening_plies=3).play(32)
-    assert stats.distinct_games > 8
+    assert len(stats.sequences) > 8
     stones = samples.planes[:, :2].sum((1, 2, 3))
     assert stones.min() >= 1
     assert len(samples) < sum(stats.lengths)  # opening plies count in the length, not as samples
@@ -172,7 +172,7 @@ def test_random_openings_off_leave_self_play_unchanged():
     # share 0 (or 0 plies) draws nothing from the RNG: the same games as without the option.
     # Sampled openings (temperature_moves) make the games depend on the RNG stream.
     plain, stats = _opening_actor(TTT, temperature_moves=4).play(12)
-    assert stats.distinct_games > 1
+    assert len(stats.sequences) > 1
     off, _ = _opening_actor(TTT, temperature_moves=4, random_opening_share=0.5).play(12)
     np.testing.assert_array_equal(plain.planes, off.planes)
     np.testing.assert_array_equal(plain.policy, off.policy)

@@ -223,7 +223,7 @@ def _lens_metrics(
     m["moving/game_length"] = float(np.mean(play.lengths))
     # share of this iteration's games that differ from each other (1 = all distinct); near
     # 1/games means self-play has collapsed onto one line (see selfplay.random_opening_share)
-    m["moving/distinct_games"] = play.distinct_games / max(play.games, 1)
+    m["moving/distinct_games"] = len(play.sequences) / max(play.games, 1)
     # staleness: version lag of the replay samples trained on
     m.update(lag)
     # resignation

@@ -50,7 +50,7 @@ class PlayStats:
     seconds: float = 0.0
     lengths: list[int] = field(default_factory=list)
     outcomes: list[float] = field(default_factory=list)  # from player 0's view
-    distinct_games: int = 0  # finished games whose move sequences differ
+    sequences: set[tuple[int, ...]] = field(default_factory=set)  # finished games' moves
     kl_sum: float = 0.0  # KL(search policy || network prior) summed over recorded moves
     resigned: int = 0
     playout_would_resign: int = 0  # played-out games in which someone would have resigned
@@ -80,7 +80,6 @@ class Actor:
         n = selfplay.concurrent_games
         self.forest = Forest(game, n, capacity=2 * mcts.simulations + 2)
         self.slots = [self._new_game(i) for i in range(n)]
-        self._finished: list[tuple[int, ...]] = []  # move sequences of this play() call
 
     def _new_game(self, i: int) -> _Slot:
         game, cfg = self.game, self.config
@@ -98,7 +97,7 @@ class Actor:
                     moves.append(action)
         self.forest.reset(i, state)
         return _Slot(moves=moves, ply=len(moves),
-                     may_resign=self.rng.random() >= self.config.resign_playout_share)
+                     may_resign=self.rng.random() >= cfg.resign_playout_share)
 
     def sync(self) -> int:
         """Pull the newest weights if the store has a newer version."""
@@ -113,14 +112,12 @@ class Actor:
         """Move all games until `num_games` have finished; return their samples."""
         start = time.perf_counter()
         stats = PlayStats()
-        self._finished = []
         parts: list[Samples] = []
         while stats.games < num_games:
             self._step(parts, stats)
         stats.seconds = time.perf_counter() - start
         samples = Samples.concat(parts) if parts else _empty(self.game)
         stats.positions = len(samples)
-        stats.distinct_games = len(set(self._finished))
         return samples, stats
 
     def _step(self, parts: list[Samples], stats: PlayStats) -> None:
@@ -174,7 +171,7 @@ class Actor:
         stats.games += 1
         stats.lengths.append(slot.ply)
         stats.outcomes.append(outcome)
-        self._finished.append(tuple(slot.moves))
+        stats.sequences.add(tuple(slot.moves))
         if slot.would_resign is not None:
             stats.playout_would_resign += 1
             loser_view = outcome if slot.would_resign == 0 else -outcome
