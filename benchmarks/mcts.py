@@ -74,14 +74,12 @@ def load_agent_or_fresh(model: str | None, search: str):
         return load_network_agent(path, 0, game="connect4", search=search), str(path)
     from rlscale.config import load_config
     from rlscale.zero.config import ZeroConfig
-    from rlscale.zero.network import PolicyValueNet
+    from rlscale.zero.network import network_for
     from rlscale.zero.selfplay import Agent
 
     cfg = load_config(ZeroConfig, REPO / "configs" / "zero" / "connect4.yaml")
     game = make_game("connect4")
-    net = PolicyValueNet(game.plane_shape, game.num_actions, cfg.network.blocks,
-                         cfg.network.channels, cfg.network.value_hidden,
-                         cfg.network.value_channels).eval()
+    net = network_for(game, cfg.network).eval()
     mcts = cfg.mcts if search == "trained" else cfg.mcts.model_copy(
         update={"gumbel": search == "gumbel"})
     return NetworkAgent(Agent(game, net, mcts), 0), "fresh network (no model found)"

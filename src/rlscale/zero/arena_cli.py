@@ -398,7 +398,7 @@ def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, se
     from rlscale.zero.games.go import Go
     from rlscale.zero.gtp import GtpEngine
     from rlscale.zero.mcts import search_states
-    from rlscale.zero.network import PolicyValueNet, load_network, read_meta
+    from rlscale.zero.network import PolicyValueNet, load_network, network_for, read_meta
 
     if simulations < 0:
         raise ValueError("--simulations must be >= 0")
@@ -430,10 +430,7 @@ def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, se
         game = Go(size=size, komi=komi, **game_kwargs)
         if size not in nets:
             torch.manual_seed(seed)
-            arch = NetworkConfig()
-            nets[size] = PolicyValueNet(game.plane_shape, game.num_actions, arch.blocks,
-                                        arch.channels, arch.value_hidden,
-                                        arch.value_channels).eval()
+            nets[size] = network_for(game, NetworkConfig()).eval()
         return game
 
     def choose_move(game: Go, state: Any) -> int:

@@ -40,7 +40,7 @@ from rlscale.runtime.versions import WeightStore, staleness
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
-from rlscale.zero.network import PolicyValueNet, grow_network, load_network, save_network
+from rlscale.zero.network import grow_network, load_network, network_for, save_network
 from rlscale.zero.replay import ReplayWindow
 from rlscale.zero.selfplay import Actor, PlayStats
 
@@ -75,12 +75,10 @@ class ZeroRun:
         self.game = make_game(cfg.game.name, **cfg.game.kwargs)
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
-        net_args = (self.game.plane_shape, self.game.num_actions, cfg.network.blocks,
-                    cfg.network.channels, cfg.network.value_hidden, cfg.network.value_channels)
-        self.learner = Learner(PolicyValueNet(*net_args), cfg.train)
+        self.learner = Learner(network_for(self.game, cfg.network), cfg.train)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         self.actor = Actor(
-            self.game, PolicyValueNet(*net_args), cfg.mcts, cfg.selfplay, self.store,
+            self.game, network_for(self.game, cfg.network), cfg.mcts, cfg.selfplay, self.store,
             np.random.default_rng([cfg.train.seed, 1]),
         )
         self.replay = ReplayWindow(

@@ -14,13 +14,17 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+if TYPE_CHECKING:
+    from rlscale.zero.config import NetworkConfig
+    from rlscale.zero.games.base import Game
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
@@ -102,6 +106,12 @@ class PolicyValueNet(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def network_for(game: Game, cfg: NetworkConfig) -> PolicyValueNet:
+    """A freshly initialised network for `game` with the sizes of a config's `network`."""
+    return PolicyValueNet(game.plane_shape, game.num_actions, cfg.blocks, cfg.channels,
+                          cfg.value_hidden, cfg.value_channels)
 
 
 def grow_network(net: PolicyValueNet, blocks: int, value_channels: int) -> PolicyValueNet:
