@@ -10,9 +10,15 @@ from typer.testing import CliRunner
 
 from rlscale.zero.arena import (
     FirstLegalAgent,
+    GameAudit,
+    GameRecord,
     PureMCTSAgent,
     RandomAgent,
     SolverAgent,
+    audit_game,
+    audit_match,
+    audit_summary,
+    audit_table,
     connect4_data_dir,
     curve_simulations,
     elo_difference,
@@ -246,3 +252,46 @@ def test_compute_curve_plot_with_perfect_and_zero_scores(tmp_path):
               CurvePoint(800, MatchResult("a", "b", losses=40))]  # 0%
     path = plot_compute_curve(points, tmp_path / "curve.png")
     assert path.stat().st_size > 0
+
+
+def test_audit_game_counts_each_sides_errors():
+    # 1212 12: the first mover can win at once in column 1, plays 3 instead, and column 2's
+    # stack wins for the second mover.
+    record = GameRecord([0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1, 2, 1], True, -1.0)
+    assert audit_game(record) == GameAudit("12121232", start=1, result=-1, a_errors=1,
+                                           b_errors=0)
+    record.a_first = False
+    assert audit_game(record) == GameAudit("12121232", start=-1, result=1, a_errors=0,
+                                           b_errors=1)
+
+
+def test_audit_match_solver_never_errs_against_random():
+    c4 = make_game("connect4")
+    result = play_match(c4, SolverAgent(0), RandomAgent(1), 8, seed=2, opening_plies=14)
+    audits = audit_match(result)
+    assert len(audits) == 8
+    assert [a.moves for a in audits] == ["".join(str(m + 1) for m in r.moves)
+                                         for r in result.records]
+    for audit, record in zip(audits, result.records, strict=True):
+        assert audit.a_errors == 0  # perfect play never lowers its own value
+        assert audit.result >= audit.start
+        assert audit.result == (1 if record.a_score == 1 else 0 if record.a_score == 0.5 else -1)
+        if audit.result > audit.start:
+            assert audit.b_errors > 0  # it gained: the random side threw something away
+    rows = audit_summary(audits)
+    assert sum(r["games"] for r in rows) == 8
+    assert sum(r["wins"] for r in rows) == result.wins
+    assert sum(r["losses"] for r in rows) == result.losses == 0
+    assert "| won |" in audit_table(audits)
+
+
+def test_arena_audit_cli(cli, c4_model):
+    result = cli(["arena", "--model", str(c4_model), "--simulations", "2", "--opponent",
+                  "random", "--games", "2", "--opening-plies", "16", "--audit", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert sum(r["games"] for r in summary["audit"]) == 2
+    assert len(summary["audit_games"]) == 2
+    result = cli(["arena", "--game", "tictactoe", "--model", str(c4_model), "--audit"])
+    assert result.exit_code == 2 and "--audit" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -26,6 +26,11 @@ move is a mistake when another legal move has a strictly better perfect-play out
 (win > draw > loss, `solver.move_values(weak=True)`); the agreement is the share of positions
 with no mistake. Faster wins and slower losses are not asked for.
 
+Match audit (`audit_match`, Connect Four). Every position of every game after its opening is
+solved, so each game gets A's perfect-play value once the opening is played, its result, and
+each agent's outcome-changing moves (a move that turns its side's win into a draw or loss, or a
+draw into a loss): who threw away what, rather than only who won.
+
 Test-time compute (`compute_curve`). The same network with 0, 1, 2, 4, ... simulations
 against its own raw policy.
 """
@@ -606,6 +611,87 @@ def agreement_table(results: list[AgreementResult], agent_name: str = "") -> str
              "| file | positions | keeps value | share |", "| --- | ---: | ---: | ---: |"]
     for r in [*results, total]:
         lines.append(f"| {r.file} | {r.positions} | {r.agreed} | {100 * r.share:.1f}% |")
+    return "\n".join(lines)
+
+
+# -- match audit (Connect Four) -------------------------------------------------------------
+
+
+@dataclass
+class GameAudit:
+    """One game judged by perfect play, from agent A's side: +1 won, 0 drawn, -1 lost."""
+
+    moves: str  # the game, columns 1-7, opening included
+    start: int  # the position's value for A once the random opening is played
+    result: int  # how the game ended for A
+    a_errors: int  # A's moves that lowered A's value (win -> draw/loss, draw -> loss)
+    b_errors: int  # the same for B
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def audit_game(record: GameRecord, solver: Any = None) -> GameAudit:
+    """Solve every position of a Connect Four game after its opening and count, for each
+    agent, the moves that changed the game's perfect-play outcome against it."""
+    from rlscale.zero.solver import Solver
+
+    solver = solver or Solver()
+    columns = "".join(str(m + 1) for m in record.moves)
+    n, first = len(record.moves), len(record.opening)
+    # value[k]: the first mover's perfect-play value after k moves. Solved from the end of
+    # the game backwards so each solve finds its successors in the transposition table.
+    value = {n: int(np.sign(record.outcome))}
+    for k in range(n - 1, first - 1, -1):
+        v = solver.solve(columns[:k], weak=True)  # the side to move's view
+        value[k] = v if k % 2 == 0 else -v
+    side = 1 if record.a_first else -1
+    errors = [0, 0]  # A, B
+    for k in range(first, n):
+        mover = 1 if k % 2 == 0 else -1  # the first mover moves at even plies
+        if mover * value[k + 1] < mover * value[k]:
+            errors[0 if mover == side else 1] += 1
+    return GameAudit(columns, side * value[first], side * value[n], errors[0], errors[1])
+
+
+def audit_match(result: MatchResult, solver: Any = None,
+                progress: Callable[[int, int], None] | None = None) -> list[GameAudit]:
+    """`audit_game` for every game of a Connect Four match, sharing one solver (and its
+    transposition table). Slow near the start: a position 2 plies deep takes ~1-5 min."""
+    from rlscale.zero.solver import Solver
+
+    solver = solver or Solver(tt_bits=24)
+    audits = []
+    for i, record in enumerate(result.records):
+        audits.append(audit_game(record, solver))
+        if progress is not None:
+            progress(i + 1, len(result.records))
+    return audits
+
+
+def audit_summary(audits: Sequence[GameAudit]) -> list[dict[str, Any]]:
+    """Per value of the opening for A (won, drawn, lost): games, A's W/D/L and how many
+    games had an outcome-changing move by A and by B."""
+    rows = []
+    for start, label in ((1, "won"), (0, "drawn"), (-1, "lost")):
+        mine = [a for a in audits if a.start == start]
+        rows.append({
+            "opening_for_a": label, "games": len(mine),
+            "wins": sum(a.result == 1 for a in mine), "draws": sum(a.result == 0 for a in mine),
+            "losses": sum(a.result == -1 for a in mine),
+            "games_a_erred": sum(a.a_errors > 0 for a in mine),
+            "games_b_erred": sum(a.b_errors > 0 for a in mine),
+        })
+    return rows
+
+
+def audit_table(audits: Sequence[GameAudit], a_name: str = "A", b_name: str = "B") -> str:
+    lines = [f"perfect-play audit ({a_name} vs {b_name}): games by {a_name}'s value after the opening",
+             f"| opening for {a_name} | games | W | D | L | games {a_name} erred | "
+             f"games {b_name} erred |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in audit_summary(audits):
+        lines.append(f"| {r['opening_for_a']} | {r['games']} | {r['wins']} | {r['draws']} | "
+                     f"{r['losses']} | {r['games_a_erred']} | {r['games_b_erred']} |")
     return "\n".join(lines)
 
 

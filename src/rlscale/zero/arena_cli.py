@@ -194,19 +194,36 @@ def register(app: typer.Typer) -> None:
         search: str = search_opt,
         threads: int | None = typer.Option(None, "--threads", help="torch CPU threads"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+        audit: bool = typer.Option(
+            False, "--audit", help="Connect Four: solve every position of every game and "
+            "count each side's outcome-changing moves (slow: a position 2 plies deep takes "
+            "1-5 minutes to solve)"),
     ) -> None:
         """Play a match of the model against an opponent; print W/D/L, score and Elo."""
-        from rlscale.zero.arena import play_match
+        from rlscale.zero.arena import audit_match, audit_summary, audit_table, play_match
 
+        if audit and game != "connect4":
+            raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
         _threads(threads)
         g = _game(game)
         main = _lazy_main(model, game, simulations, search, seed)
         agent = main()
         rival = make_agent(opponent, game, main, simulations, search, seed + 1)
         result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
+        audits = None
+        if audit:
+            def audited(done: int, total: int) -> None:
+                if done % 10 == 0 or done == total:
+                    typer.echo(f"audited {done}/{total} games", err=True)
+
+            audits = audit_match(result, progress=audited)
         if as_json:
+            extra = {}
+            if audits is not None:
+                extra = {"audit": audit_summary(audits),
+                         "audit_games": [a.as_dict() for a in audits]}
             typer.echo(json.dumps({"game": game, "simulations": simulations,
-                                   "opponent": opponent, **result.summary()}, indent=2))
+                                   "opponent": opponent, **result.summary(), **extra}, indent=2))
             return
         elo = result.elo()
         typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games "
@@ -215,6 +232,8 @@ def register(app: typer.Typer) -> None:
                    f"(moving first {'/'.join(map(str, result.as_first))}, "
                    f"second {'/'.join(map(str, result.as_second))})")
         typer.echo(f"score {100 * result.score:.1f}%  Elo {elo} (95% CI)")
+        if audits is not None:
+            typer.echo(audit_table(audits, result.agent_a, result.agent_b))
 
     @app.command("compute-curve")
     @_guarded
