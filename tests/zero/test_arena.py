@@ -10,25 +10,27 @@ from typer.testing import CliRunner
 
 from rlscale.zero.arena import (
     FirstLegalAgent,
-    GameAudit,
     GameRecord,
     PureMCTSAgent,
     RandomAgent,
     SolverAgent,
-    audit_game,
-    audit_match,
-    audit_summary,
-    audit_table,
     connect4_data_dir,
     curve_simulations,
     elo_difference,
     play_match,
     score_to_elo,
-    solver_agreement,
 )
 from rlscale.zero.arena_cli import register
 from rlscale.zero.games import make_game
 from rlscale.zero.network import PolicyValueNet, save_network
+from rlscale.zero.perfect_play import (
+    GameAudit,
+    audit_game,
+    audit_match,
+    audit_summary,
+    audit_table,
+    solver_agreement,
+)
 
 HAVE_DATA = (connect4_data_dir() / "Test_L3_R1").is_file()
 

@@ -200,7 +200,8 @@ def register(app: typer.Typer) -> None:
             "1-5 minutes to solve)"),
     ) -> None:
         """Play a match of the model against an opponent; print W/D/L, score and Elo."""
-        from rlscale.zero.arena import audit_match, audit_summary, audit_table, play_match
+        from rlscale.zero.arena import play_match
+        from rlscale.zero.perfect_play import audit_match, audit_summary, audit_table
 
         if audit and game != "connect4":
             raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
@@ -296,7 +297,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Share of Connect Four benchmark positions where the move keeps the solver's value."""
-        from rlscale.zero.arena import agreement_table, solver_agreement
+        from rlscale.zero.perfect_play import agreement_table, solver_agreement
 
         _threads(threads)
         main = _lazy_main(model, "connect4", simulations, search, seed)
