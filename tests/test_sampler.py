@@ -176,8 +176,8 @@ def test_tiny_top_p_is_greedy(lm):
         n = int(rollouts[0].lengths[i])
         completion = rollouts[0].completion_ids[i, :n].tolist()
         assert completion == reference_logits(model, prompt, completion).argmax(-1).tolist()
-        # the recorded log-prob is of the untruncated distribution, not log(1) = 0
-        assert (rollouts[0].sampler_logprobs[i, :n] < 0).all()
+        # mu is the distribution actually sampled from: top-p keeps one token, log(1) = 0
+        assert torch.allclose(rollouts[0].sampler_logprobs[i, :n], torch.zeros(n))
 
 
 def test_top_p_keeps_the_nucleus_only(lm):

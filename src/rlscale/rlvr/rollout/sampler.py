@@ -2,7 +2,8 @@
 
 Written over the model's forward rather than `model.generate` because the loop needs the
 sampler's own log-probabilities of the tokens it drew (the behaviour policy `mu` for
-importance-sampling corrections), under exactly the temperature the trainer uses.
+importance-sampling corrections): the log-prob under the distribution actually sampled
+from, after temperature and top-p truncation, so that pi_old/mu shows the truncation.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of `[B, V]` logits; return the tokens and their log-probs under
+    the distribution they were drawn from (temperature-scaled, top-p-truncated, renormalised;
+    greedy decoding is a point mass: log-prob 0). Both on the CPU."""
+    if temperature <= 0:
+        chosen = logits.argmax(-1).cpu()
+        return chosen, torch.zeros(chosen.shape, dtype=torch.float32)
+    logp = _top_p_filter(logits.float() / temperature, top_p).log_softmax(-1).cpu()
+    chosen = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+
 @torch.no_grad()
 def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
              pad_token_id: int, generator: torch.Generator | None = None,
@@ -69,19 +83,11 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     next_logits = out.logits[:, -1, :].float()
     step = 0
     for step in range(params.max_new_tokens):
-        scaled = next_logits / max(params.temperature, 1e-6)
-        logp_all = scaled.log_softmax(-1)
-        if params.temperature <= 0:
-            chosen = scaled.argmax(-1)
-        else:
-            probs = _top_p_filter(scaled, params.top_p).softmax(-1)
-            chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
-        chosen = chosen.cpu().masked_fill(finished, pad_token_id)
+        chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
+                                          generator)
+        chosen = chosen.masked_fill(finished, pad_token_id)
         tokens[:, step] = chosen
-        # Log-prob under the temperature-scaled distribution (before top-p truncation): the
-        # same quantity the trainer recomputes, so pi_old/mu is 1 up to numerics.
-        logprobs[:, step] = logp_all.cpu().gather(-1, chosen[:, None]).squeeze(-1).masked_fill(
-            finished, 0.0)
+        logprobs[:, step] = chosen_logp.masked_fill(finished, 0.0)
         lengths += (~finished).long()
         finished |= chosen == eos_token_id
         if bool(finished.all()) or step == params.max_new_tokens - 1:

@@ -1,0 +1,269 @@
+"""A continuous-batching inference engine for any Hugging Face causal LM.
+
+A fixed number of slots; each `step()` first fills free slots from the request queue (one
+batched prefill of the new prompts, spliced into the running KV cache), then advances every
+active request by one token in one batched forward. A request that finishes frees its slot
+for the next step, so a long-tailed mix of lengths keeps the batch full instead of waiting
+for its longest member (static batching).
+
+Written by hand because the engines that do this (vLLM, SGLang, transformers'
+`generate_batch`) either need a GPU, are 5-20x slower than plain `generate` on this CPU
+(MACHINE_NOTES), or do not expose the two things RL needs: the log-prob of every token under
+the distribution actually sampled from, and new weights between any two decode steps with
+the policy version of every token recorded.
+
+The cache layout: every row is right-aligned, its newest token at the last column, padding
+(masked) on the left. A refilled row overwrites its slot's columns; columns that no row
+uses any more are cut off the left. Positions are per row, so padding never shifts RoPE.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from .sampler import sample_next
+from .types import Completion, EngineSampling, GenerationRequest
+
+
+@dataclass
+class _Row:
+    """One running request: tokens drawn so far; the last is drawn but not yet fed."""
+
+    request: GenerationRequest
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def fed(self) -> list[int]:
+        """The tokens whose keys and values are in the cache: prompt + all but the last."""
+        return list(self.request.prompt_ids) + self.tokens[:-1]
+
+
+@dataclass
+class EngineStats:
+    decode_steps: int = 0
+    prefills: int = 0
+    generated_tokens: int = 0
+    active_row_steps: int = 0      # sum over decode steps of the rows that held a request
+    slot_steps: int = 0            # sum over decode steps of the slot count
+
+    @property
+    def slot_utilisation(self) -> float:
+        return self.active_row_steps / self.slot_steps if self.slot_steps else 0.0
+
+
+class ContinuousBatchingEngine:
+    def __init__(self, model, sampling: EngineSampling, *, slots: int, eos_token_id: int,
+                 pad_token_id: int, seed: int = 0, version: int = 0,
+                 recompute_cache_on_update: bool = True) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.model = model.eval()
+        self.sampling, self.slots = sampling, slots
+        self.eos_token_id, self.pad_token_id = eos_token_id, pad_token_id
+        self.version = version
+        # After new weights, rebuild the cache with them (one prefill of the running rows) so
+        # every later token is drawn from exactly the new policy; off, the rows keep the keys
+        # and values the old weights computed (cheaper, and what most in-flight systems do).
+        self.recompute_cache_on_update = recompute_cache_on_update
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.waiting: collections.deque[GenerationRequest] = collections.deque()
+        self.rows: list[_Row | None] = []          # one per batch row; None = a free slot
+        self.cache: DynamicCache | None = None
+        self.attention: torch.Tensor | None = None  # [rows, L] long
+        self.positions: torch.Tensor | None = None  # [rows] position of the next fed token
+        self.stats = EngineStats()
+
+    # -- the interface -------------------------------------------------------------------
+    def add_request(self, request: GenerationRequest) -> None:
+        if request.max_new_tokens < 1:
+            raise ValueError(f"request {request.request_id}: max_new_tokens must be >= 1")
+        if not request.prompt_ids:
+            raise ValueError(f"request {request.request_id}: empty prompt")
+        self.waiting.append(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting) or any(r is not None for r in self.rows)
+
+    @property
+    def num_running(self) -> int:
+        return sum(r is not None for r in self.rows)
+
+    def abort_all(self) -> list[int]:
+        ids = [r.request_id for r in self.waiting] + [r.request.request_id for r in self.rows
+                                                      if r is not None]
+        self.waiting.clear()
+        self._reset_batch()
+        return ids
+
+    @torch.no_grad()
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        self.model.load_state_dict(state_dict)
+        self.version = version
+        if self.recompute_cache_on_update and self.num_running:
+            self._rebuild_cache()
+
+    @torch.no_grad()
+    def step(self) -> list[Completion]:
+        finished = self._refill()
+        if not self.num_running:
+            return finished
+        pending = torch.tensor([[r.tokens[-1] if r is not None else self.pad_token_id]
+                                for r in self.rows], device=self.device)
+        self.attention = F.pad(self.attention, (0, 1), value=1)
+        out = self.model(input_ids=pending, attention_mask=self.attention,
+                         position_ids=self.positions[:, None], cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        self.positions = self.positions + 1
+        live = self.num_running
+        self.stats.decode_steps += 1
+        self.stats.active_row_steps += live
+        self.stats.slot_steps += self.slots
+        finished += self._append(range(len(self.rows)), out.logits[:, -1, :])
+        return finished
+
+    def run(self) -> list[Completion]:
+        """Step until every queued request has finished (offline use, benchmarks)."""
+        done: list[Completion] = []
+        while self.has_unfinished():
+            done += self.step()
+        return done
+
+    # -- sampling and bookkeeping ---------------------------------------------------------
+    def _append(self, row_indices, logits: torch.Tensor) -> list[Completion]:
+        """Draw one token for each listed row from its logits; retire rows that finish."""
+        rows = list(row_indices)
+        tokens, logprobs = sample_next(logits, self.sampling.temperature, self.sampling.top_p,
+                                       self.generator)
+        finished = []
+        for i, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
+            row = self.rows[i]
+            if row is None:
+                continue
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            row.versions.append(self.version)
+            self.stats.generated_tokens += 1
+            stop = token == self.eos_token_id and not self.sampling.ignore_eos
+            if stop or len(row.tokens) >= row.request.max_new_tokens:
+                finished.append(Completion(row.request.request_id, row.request.prompt_ids,
+                                           row.tokens, row.logprobs, row.versions,
+                                           "stop" if stop else "length"))
+                self.rows[i] = None
+        return finished
+
+    def _refill(self) -> list[Completion]:
+        """Prefill queued prompts into free slots; compact the batch when nothing waits."""
+        free = [i for i, r in enumerate(self.rows) if r is None]
+        free += list(range(len(self.rows), self.slots))
+        take = min(len(free), len(self.waiting))
+        if take == 0:
+            if free and self.rows and any(r is None for r in self.rows):
+                self._compact()
+            return []
+        requests = [self.waiting.popleft() for _ in range(take)]
+        slots = free[:take]
+        new_cache, new_attention, logits = self._prefill([list(r.prompt_ids) for r in requests])
+        self._splice(slots, new_cache, new_attention)
+        for slot, request in zip(slots, requests, strict=True):
+            self.rows[slot] = _Row(request)
+            self.positions[slot] = len(request.prompt_ids)
+        self.stats.prefills += take
+        finished = self._append(slots, logits)
+        if not self.waiting and any(r is None for r in self.rows):
+            self._compact()
+        return finished
+
+    # -- the cache ------------------------------------------------------------------------
+    def _prefill(self, sequences: list[list[int]]):
+        """One left-padded forward over `sequences`: their cache, mask and last logits."""
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(sequences), width), dtype=torch.long)
+        for i, seq in enumerate(sequences):
+            ids[i, width - len(seq):] = torch.tensor(seq)
+            attention[i, width - len(seq):] = 1
+        ids, attention = ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                         use_cache=True)
+        return out.cache, attention, out.logits[:, -1, :]
+
+    def _splice(self, slots: list[int], new_cache: DynamicCache, new_attention: torch.Tensor):
+        """Write prefilled rows into `slots` of the running batch (growing it as needed)."""
+        new_width = new_attention.shape[1]
+        if self.cache is None:  # an empty batch: the free slots are 0..n-1, take it whole
+            self.cache, self.attention = new_cache, new_attention
+            self.rows = [None] * len(slots)
+            self.positions = torch.zeros(len(slots), dtype=torch.long, device=self.device)
+            return
+        width = self.attention.shape[1]
+        if new_width > width:  # a longer prompt: left-pad the running rows
+            self._pad_left(new_width - width)
+            width = new_width
+        grow = max(slots) + 1 - len(self.rows)
+        if grow > 0:
+            self.rows += [None] * grow
+            self.attention = F.pad(self.attention, (0, 0, 0, grow))
+            self.positions = F.pad(self.positions, (0, grow))
+            for layer in self.cache.layers:
+                layer.keys = F.pad(layer.keys, (0, 0, 0, 0, 0, 0, 0, grow))
+                layer.values = F.pad(layer.values, (0, 0, 0, 0, 0, 0, 0, grow))
+        index = torch.tensor(slots, device=self.device)
+        self.attention[index] = 0
+        self.attention[index, width - new_width:] = new_attention
+        for layer, new in zip(self.cache.layers, new_cache.layers, strict=True):
+            layer.keys[index] = 0
+            layer.values[index] = 0
+            layer.keys[index, :, width - new_width:] = new.keys
+            layer.values[index, :, width - new_width:] = new.values
+        self._trim()
+
+    def _pad_left(self, extra: int) -> None:
+        self.attention = F.pad(self.attention, (extra, 0))
+        for layer in self.cache.layers:
+            layer.keys = F.pad(layer.keys, (0, 0, extra, 0))
+            layer.values = F.pad(layer.values, (0, 0, extra, 0))
+
+    def _trim(self) -> None:
+        """Cut the left columns that no row attends to any more."""
+        used = self.attention.any(0).nonzero()
+        first = int(used[0]) if len(used) else self.attention.shape[1]
+        if first == 0:
+            return
+        self.attention = self.attention[:, first:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[:, :, first:]
+            layer.values = layer.values[:, :, first:]
+
+    def _compact(self) -> None:
+        """Drop free rows from the batch (nothing waits to take them)."""
+        keep = [i for i, r in enumerate(self.rows) if r is not None]
+        if not keep:
+            self._reset_batch()
+            return
+        index = torch.tensor(keep, device=self.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.attention, self.positions = self.attention[index], self.positions[index]
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[index], layer.values[index]
+        self._trim()
+
+    def _rebuild_cache(self) -> None:
+        """Recompute the running rows' keys and values with the current weights."""
+        self._compact()
+        rows = [r for r in self.rows if r is not None]
+        cache, attention, _ = self._prefill([r.fed() for r in rows])
+        self.cache, self.attention = cache, attention
+        self.positions = torch.tensor([len(r.fed()) for r in rows], device=self.device)
+
+    def _reset_batch(self) -> None:
+        self.rows, self.cache, self.attention, self.positions = [], None, None, None
+
