@@ -1,44 +1,16 @@
-"""Verifiers run safely: exceptions and timeouts score 0 and are counted, never fatal."""
+"""Verifiers run safely: exceptions and timeouts score 0 and are counted, never fatal.
 
-import signal
+These go through `score_completions` (the shared worker); tests/test_verifier_pool.py
+covers `VerifierPool` and crashes."""
+
+import threading
 import time
 
 import pytest
 
 from rlscale.rlvr.rewards import score_completions
 from rlscale.rlvr.tasks import ArithmeticTask, Example
-
-
-class ScriptedTask:
-    """A task whose verifier does what the completion says."""
-
-    name = "scripted"
-
-    def sample(self, split, rng):  # pragma: no cover - unused
-        raise NotImplementedError
-
-    def demonstration(self, example, rng):  # pragma: no cover - unused
-        raise NotImplementedError
-
-    def verify(self, completion: str, example: Example) -> float:
-        if completion == "raise":
-            raise RuntimeError("boom in verifier")
-        if completion == "raise-other":
-            raise KeyError("other")
-        if completion == "loop":
-            while True:
-                pass
-        if completion == "sleep":
-            time.sleep(10)
-        if completion == "stubborn":
-            # a verifier that swallows every Exception (math parsers often do) still stops
-            while True:
-                try:
-                    time.sleep(0.05)
-                except Exception:
-                    pass
-        return float(completion)
-
+from verifier_faults import ScriptedTask  # importable by the verifier worker (tests/ on sys.path)
 
 EX = Example("p", None)
 
@@ -46,7 +18,7 @@ EX = Example("p", None)
 def test_normal_rewards_pass_through():
     scored = score_completions(ScriptedTask(), ["1", "0", "0.25", "1.0"], [EX] * 4)
     assert scored.rewards == [1.0, 0.0, 0.25, 1.0]
-    assert (scored.errors, scored.timeouts, scored.first_error) == (0, 0, None)
+    assert (scored.errors, scored.timeouts, scored.crashes, scored.first_error) == (0, 0, 0, None)
     assert all(type(r) is float for r in scored.rewards)
 
 
@@ -96,14 +68,16 @@ def test_mixed_batch_counts_each_kind():
     assert "timed out" in scored.first_error  # the first problem in batch order
 
 
-def test_timer_and_handler_are_restored():
-    before = signal.getsignal(signal.SIGALRM)
-    score_completions(ScriptedTask(), ["1", "loop"], [EX] * 2, timeout_s=0.2)
-    assert signal.getsignal(signal.SIGALRM) is before
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    # a fast verifier leaves no alarm pending that could fire later
-    score_completions(ScriptedTask(), ["1"] * 50, [EX] * 50, timeout_s=0.05)
-    time.sleep(0.1)
+def test_deadline_holds_off_the_main_thread():
+    # SIGALRM only worked on the main thread; the async fleet scores from an orchestrator thread.
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(
+        scored=score_completions(ScriptedTask(), ["loop", "1"], [EX] * 2, timeout_s=0.2)))
+    start = time.perf_counter()
+    thread.start()
+    thread.join(5)
+    assert time.perf_counter() - start < 1.5
+    assert box["scored"].rewards == [0.0, 1.0] and box["scored"].timeouts == 1
 
 
 def test_length_mismatch_is_an_error():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from .model import PromptFormatter
-from .rewards import score_completions
+from .rewards import VerifierPool, score_completions
 from .rollout.sampler import SamplingParams, decode_completions, generate
 from .tasks import Task, examples
 
@@ -42,10 +42,32 @@ class EvalResult:
         return out
 
 
+def check_eval_arguments(*, prompts: int, samples: int, ks: tuple[int, ...],
+                         max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """One-line ValueErrors for arguments no evaluation can use (before any model work)."""
+    if prompts < 1:
+        raise ValueError(f"--prompts must be at least 1, got {prompts}")
+    if samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {samples}")
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k needs positive integers, got {list(ks)}")
+    if max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"--temperature must be a positive number, got {temperature}")
+    if not (math.isfinite(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"--top-p must be in (0, 1], got {top_p}")
+
+
 def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0,
              prompts: int = 500, samples: int = 1, ks: tuple[int, ...] = (1,),
              max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
-             chat_template: bool = False, batch_size: int = 512) -> EvalResult:
+             chat_template: bool = False, batch_size: int = 512,
+             verifiers: VerifierPool | None = None) -> EvalResult:
+    """`verifiers`: the run's pool for `task` (its workers, deadline and memory limit);
+    without one, completions are scored in the shared one-worker pool."""
+    check_eval_arguments(prompts=prompts, samples=samples, ks=ks, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_p=top_p)
     if max(ks) > samples:
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per prompt, got {samples}")
     start = time.perf_counter()
@@ -62,7 +84,9 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
         ids = [tokenizer(fmt(ex.prompt), add_special_tokens=False)["input_ids"] for ex in chunk]
         rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
                            pad_token_id=tokenizer.pad_token_id, generator=generator)
-        scored = score_completions(task, decode_completions(tokenizer, rollout), chunk)
+        texts = decode_completions(tokenizer, rollout)
+        scored = (verifiers.score(texts, chunk) if verifiers is not None
+                  else score_completions(task, texts, chunk))
         rewards.extend(scored.rewards)
         total_length += int(rollout.lengths.sum())
     correct = [sum(r > 0.5 for r in rewards[i * samples:(i + 1) * samples])
