@@ -203,6 +203,26 @@ def passk_command(
     run_guarded(go)
 
 
+fleet_app = typer.Typer(help="Model RL fleets: discrete-event simulation of sync/async modes.",
+                        no_args_is_help=True)
+app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("simulate")
+def fleet_simulate_command(
+    config: Path,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="dotted overrides, e.g. inference.workers=32 workload.steps=10")] = None,
+    out: Annotated[Path | None, typer.Option(help="write plots and results JSON here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Simulate every mode of a fleet config (sync, async k, in-flight k; static and
+    continuous batching) and compare throughput, utilisation and staleness."""
+    from .runtime.simulate_cli import run_fleet_simulation
+
+    run_guarded(run_fleet_simulation, config, overrides or [], out, as_json)
+
+
 def _mount_zero() -> None:
     try:
         from .zero.commands import app as zero_app
