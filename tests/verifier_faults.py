@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import time
 
 from rlscale.rlvr.tasks import Example
@@ -40,6 +41,11 @@ def misbehave(command: str) -> float:
         os.kill(os.getpid(), 9)
     if command == "alloc":
         return float(len(bytearray(10 * 2**30)))  # 10 GiB, far past the worker's limit
+    if command.startswith("spawn-and-sleep:"):  # a verifier that starts a helper process
+        helper = subprocess.Popen(["sleep", "60"])
+        with open(command.split(":", 1)[1], "w") as f:
+            f.write(str(helper.pid))
+        time.sleep(10)
     if command == "pid":
         return float(os.getpid())
     return float(command)

@@ -14,12 +14,15 @@ soon as it is ready, so the parent knows which call is running and the deadline 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import pickle
 import resource
+import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -28,7 +31,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 # A bare worker is ~20 MB of address space, ~140 MB once numpy is imported, ~640 MB with
@@ -157,14 +160,19 @@ class _Worker:
     inbox: Connection    # parent -> worker
     outbox: Connection   # worker -> parent
     pending: deque[int] = field(default_factory=deque)  # sent, unanswered, in running order
+    received: bytearray = field(default_factory=bytearray)  # replies read, not yet parsed
     started: float = 0.0  # when the parent last saw progress: the head call began no earlier
 
     def stop(self, kill: bool) -> int | None:
         """End the process and reap it; returns its exit status."""
         for conn in (self.inbox, self.outbox):
             conn.close()
-        if kill:
-            self.process.kill()
+        if kill and self.process.returncode is None:
+            # The whole process group: whatever the call started (a solver subprocess) goes too.
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             return self.process.wait(timeout=2.0)  # an idle worker exits at EOF at once
         except subprocess.TimeoutExpired:
@@ -176,14 +184,14 @@ def _spawn(memory_mb: int | None) -> _Worker:
     inbox_read, inbox_write = os.pipe()
     outbox_read, outbox_write = os.pipe()
     config = {"inbox_fd": inbox_read, "outbox_fd": outbox_write, "memory_mb": memory_mb,
-              "parent_pid": os.getpid(), "sys_path": sys.path,
+              "parent_pid": os.getpid(), "sys_path": [str(p) for p in sys.path],
               "pdeathsig": threading.current_thread() is threading.main_thread()}
     # One core's worth of threads per worker: a pool must not oversubscribe the machine.
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     try:
         process = subprocess.Popen([sys.executable, "-c", _BOOT, json.dumps(config)],
                                    pass_fds=(inbox_read, outbox_write), stdin=subprocess.DEVNULL,
-                                   env=env, close_fds=True)
+                                   env=env, close_fds=True, process_group=0)
     finally:
         os.close(inbox_read)
         os.close(outbox_write)
@@ -287,7 +295,6 @@ class _Run:
         # One chunk (one round trip) per worker when alone; several otherwise, so a worker
         # that draws slow calls does not leave the others idle at the end.
         self.chunk_size = max(1, math.ceil(len(calls) / (workers if workers == 1 else 4 * workers)))
-        pickle.dumps(fn)  # fail here, in the caller, if the callable cannot travel
 
     def run(self) -> list[Outcome]:
         workers = self.pool._workers
@@ -302,9 +309,9 @@ class _Run:
             if self.timeout_s is not None:
                 first_deadline = min(w.started for w in busy) + self.timeout_s
                 wait_s = max(0.0, first_deadline - time.monotonic())
-            ready = set(wait([w.outbox for w in busy], wait_s))
+            ready, _, _ = select.select([w.outbox.fileno() for w in busy], [], [], wait_s)
             for i, worker in enumerate(workers):
-                if worker.outbox in ready:
+                if worker.pending and worker.outbox.fileno() in ready:
                     self._collect(i)
             if self.timeout_s is not None:
                 now = time.monotonic()
@@ -318,31 +325,44 @@ class _Run:
         if worker.process.poll() is not None:  # died while idle: no call to blame
             worker.stop(kill=True)
             worker = self.pool._workers[i] = _spawn(self.pool.memory_mb)
-        chunk = [self.queue.popleft() for _ in range(min(self.chunk_size, len(self.queue)))]
+        chunk = list(itertools.islice(self.queue, self.chunk_size))
+        # Pickled before any state changes: an unpicklable callable raises to the caller.
+        message = pickle.dumps((self.fn, [self.calls[j] for j in chunk]),
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        for _ in chunk:
+            self.queue.popleft()
         worker.pending.extend(chunk)
         worker.started = time.monotonic()
         try:
-            worker.inbox.send_bytes(pickle.dumps((self.fn, [self.calls[j] for j in chunk]),
-                                                 protocol=pickle.HIGHEST_PROTOCOL))
+            worker.inbox.send_bytes(message)
         except OSError:  # it died between the check and the send: the next wait sees EOF
             pass
 
     def _collect(self, i: int) -> None:
+        # One read takes every reply waiting in the pipe (Connection.recv_bytes would take
+        # two reads and a poll per reply): at 256 trivial calls that is most of the overhead.
         worker = self.pool._workers[i]
-        answered = len(worker.pending)
-        try:
-            while worker.pending and worker.outbox.poll():
-                kind, payload = pickle.loads(worker.outbox.recv_bytes())
-                if kind == "chunk-error":
-                    for j in worker.pending:
-                        self.outcomes[j] = Error(payload)
-                    worker.pending.clear()
-                else:
-                    outcome = Ok(payload) if kind == "ok" else Error(payload)
-                    self.outcomes[worker.pending.popleft()] = outcome
-        except (EOFError, OSError):
-            self._settle(i, None, kill=False)
+        data = os.read(worker.outbox.fileno(), 1 << 20)
+        if not data:  # EOF: the worker died; replies it sent before are already parsed
+            self._settle(i, None, kill=True)
             return
+        buffer = worker.received
+        buffer += data
+        answered, at = len(worker.pending), 0
+        while worker.pending and len(buffer) - at >= 4:
+            (size,) = struct.unpack_from("!i", buffer, at)  # multiprocessing's frame header
+            if len(buffer) - at - 4 < size:
+                break
+            kind, payload = pickle.loads(buffer[at + 4: at + 4 + size])
+            at += 4 + size
+            if kind == "chunk-error":
+                for j in worker.pending:
+                    self.outcomes[j] = Error(payload)
+                worker.pending.clear()
+            else:
+                self.outcomes[worker.pending.popleft()] = (
+                    Ok(payload) if kind == "ok" else Error(payload))
+        del buffer[:at]
         if len(worker.pending) < answered:
             worker.started = time.monotonic()
 
