@@ -223,3 +223,28 @@ def test_overhead_of_256_trivial_calls():
             times.append(time.perf_counter() - start)
     assert scored.rewards == [1.0] * 256
     assert sorted(times)[2] < 0.1
+
+
+def test_evaluate_scores_with_the_given_pool(monkeypatch):
+    import rlscale.rlvr.evaluate as ev
+    from rlscale.rlvr.model import build_tiny_model
+
+    model, tokenizer = build_tiny_model("tiny", seed=0)
+    task = ArithmeticTask()
+
+    def right_answers(tokenizer_, rollout):
+        answers = []
+        for ids in rollout.prompt_ids:  # "12+34=" or "12*3="
+            a, op, b = tokenizer.decode(ids)[:-1].replace("*", " * ").replace("+", " + ").split()
+            answers.append(str(int(a) + int(b) if op == "+" else int(a) * int(b)))
+        return answers
+
+    def shared_pool_used(*args, **kwargs):
+        raise AssertionError("evaluate used the shared pool instead of the one given")
+
+    monkeypatch.setattr(ev, "decode_completions", right_answers)
+    monkeypatch.setattr(ev, "score_completions", shared_pool_used)
+    with VerifierPool(task, workers=1) as verifiers:
+        result = ev.evaluate(model, tokenizer, task, prompts=6, samples=2, ks=(1, 2),
+                             max_new_tokens=2, batch_size=5, verifiers=verifiers)
+    assert result.per_prompt_correct == [2] * 6 and result.pass_at[1] == 1.0
