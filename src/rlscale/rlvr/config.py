@@ -25,8 +25,8 @@ class TaskConfig(StrictModel):
     verifier_timeout_s: float = Field(2.0, gt=0, description="a slower verifier scores 0")
     verifier_workers: int = Field(
         1, ge=1, description="verifier worker processes; each uses a core while it scores")
-    # = rlscale.runtime.workpool.DEFAULT_MEMORY_MB (a test keeps them equal): a bare worker
-    # needs ~20 MB of address space, ~640 MB if its verifier imports torch.
+    # = rlscale.runtime.workpool.DEFAULT_MEMORY_MB (a test keeps them equal): a ready worker
+    # holds ~100 MB of address space, ~720 MB if its verifier imports torch.
     verifier_memory_mb: int = Field(
         2048, ge=64, description="address-space limit of each verifier worker; an allocation "
         "past it raises MemoryError in the verifier (scored 0, counted as an error)")

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-# A bare worker is ~20 MB of address space, ~140 MB once numpy is imported, ~640 MB with
-# torch (measured with /proc/self/status VmSize, Python 3.11): 2 GiB leaves every real
-# verifier room while a runaway allocation fails fast instead of swapping the machine.
+# A ready worker holds ~100 MB of address space (~20 MB resident; most of the rest is its
+# watchdog thread's stack and malloc arena); importing numpy adds ~120 MB, torch ~620 MB
+# (/proc/PID/status VmSize, Python 3.11). 2 GiB leaves every real verifier room while a
+# runaway allocation fails fast instead of swapping the machine.
 DEFAULT_MEMORY_MB = 2048
 START_TIMEOUT_S = 60.0  # a cold interpreter on a loaded 2-core machine can take seconds
 
