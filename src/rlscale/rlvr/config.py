@@ -28,7 +28,7 @@ class TaskConfig(StrictModel):
     # = rlscale.runtime.workpool.DEFAULT_MEMORY_MB (a test keeps them equal): a ready worker
     # holds ~100 MB of address space, ~720 MB if its verifier imports torch.
     verifier_memory_mb: int = Field(
-        2048, ge=64, description="address-space limit of each verifier worker; an allocation "
+        2048, ge=128, description="address-space limit of each verifier worker; an allocation "
         "past it raises MemoryError in the verifier (scored 0, counted as an error)")
 
 

@@ -8,6 +8,7 @@ the learner side.
 
 from __future__ import annotations
 
+import copy
 import queue
 import random
 import time
@@ -17,18 +18,27 @@ from typing import Any
 
 import torch
 
-from ..config import dump_config
+from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
+from ..runtime import rundir
+from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.versions import staleness
 from . import objectives, shaping
-from .config import LossConfig, RLVRConfig
+from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .model import PromptFormatter, load_model, save_model
 from .rewards import score_completions
 from .rollout.sampler import Rollout, SamplingParams, decode_completions, generate
 from .tasks import Example, Task, make_task
 from .trainer import PolicyTrainer, build_policy_batch
+
+
+# A step with any of these not finite is undone and counted (see runtime/health.py). The
+# trainer drops non-finite loss terms from its averages, so a NaN loss shows as a NaN
+# gradient norm; a NaN produced by the update itself shows in the KL or the weights.
+GUARDED_METRICS = ("loss/loss", "policy/grad_norm", "policy/grad_norm_max", "policy/kl_new_old",
+                   "kl/mean")
 
 
 @dataclass
@@ -148,12 +158,13 @@ def shaped_rewards(group: RolloutGroup, loss: dict[str, Any], cfg: RLVRConfig) -
 class RLVRRun:
     """One training run in `cfg.run_dir`, fresh or resumed from its last checkpoint."""
 
-    def __init__(self, cfg: RLVRConfig, *, resume: bool = False) -> None:
+    def __init__(self, cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
+                 allow_config_change: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        if not resume and ckpt.latest_checkpoint(self.run_dir) is not None:
-            raise FileExistsError(f"run directory {self.run_dir} already has checkpoints; "
-                                  "pass --resume or choose another run_dir")
+        # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
+        # second concurrent run; released at the end of train() (or at exit).
+        self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
         self.loss = cfg.resolved_loss()
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -174,27 +185,57 @@ class RLVRRun:
         self.step = 0
         self.last_eval: dict[str, float] = {}
         self.start_step = 0
+        # config.yaml shows the objective as it runs: the preset's values filled in.
+        resolved = cfg.model_copy(update={"loss": LossConfig(**self.loss)})
         if resume:
             self._restore()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # config.yaml shows the objective as it runs: the preset's values filled in.
-        dump_config(cfg.model_copy(update={"loss": LossConfig(**self.loss)}),
-                    self.run_dir / "config.yaml")
+            self._check_resumed_config(resolved, allow_config_change)
+        dump_config(resolved, self.run_dir / "config.yaml")
 
     # -- checkpoints ---------------------------------------------------------------------
     def _restore(self) -> None:
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        if latest is None:
+        # The newest checkpoint that verifies and loads; a torn one falls back to the one before.
+        found = ckpt.load_latest_usable(self.run_dir, self._load_checkpoint)
+        if found is None:
             return  # nothing saved yet: --resume on a fresh directory starts from step 0
-        model, _ = load_model(latest, self.cfg.model.dtype)
+        self.start_step = self.step
+
+    def _load_checkpoint(self, path: Path) -> None:
+        model, _ = load_model(path, self.cfg.model.dtype)
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.model.load_state_dict(model.state_dict())
-        state = torch.load(latest / "trainer_state.pt", weights_only=False)
         self.trainer.optimizer.load_state_dict(state["optimizer"])
         self.trainer.scheduler.load_state_dict(state["scheduler"])
         self.trainer.version = state["version"]
-        self.step = self.start_step = state["step"]
+        self.step = state["step"]
         self.last_eval = state.get("last_eval", {})
         ckpt.set_rng_state(state["rng"])
+
+    def _check_resumed_config(self, resolved: RLVRConfig, allow_change: bool) -> None:
+        if self.step > self.cfg.train.steps:
+            raise rundir.RunDirError(
+                f"the run in {self.run_dir} has done {self.step} steps; train.steps="
+                f"{self.cfg.train.steps} is below that (raise it to continue the run)")
+        recorded = rundir.read_recorded_config(self.run_dir)
+        if recorded is not None:
+            try:  # fields added since the run started compare as their defaults
+                recorded = config_to_dict(RLVRConfig.model_validate(recorded))
+            except ValueError:
+                pass
+        rundir.check_resume_config(self.run_dir, recorded, config_to_dict(resolved),
+                                   step=self.step + 1, free_fields=RESUME_FREE_FIELDS,
+                                   allow_change=allow_change)
+
+    def _snapshot(self) -> dict[str, Any]:
+        """The weights and optimiser state before a step, to undo it if it goes non-finite."""
+        return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                "optimizer": copy.deepcopy(self.trainer.optimizer.state_dict()),
+                "scheduler": copy.deepcopy(self.trainer.scheduler.state_dict())}
+
+    def _undo(self, snapshot: dict[str, Any]) -> None:
+        self.model.load_state_dict(snapshot["model"])
+        self.trainer.optimizer.load_state_dict(snapshot["optimizer"])
+        self.trainer.scheduler.load_state_dict(snapshot["scheduler"])
 
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
@@ -292,7 +333,18 @@ class RLVRRun:
         return self.last_eval
 
     def train(self) -> Path:
+        try:
+            return self._train()
+        finally:
+            self.lock.release()
+
+    def _train(self) -> Path:
         cfg = self.cfg
+        final = self.run_dir / "final"
+        if self.start_step >= cfg.train.steps and (final / "config.json").is_file():
+            print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
+            return final
+        guard = NonFiniteGuard(cfg.health.max_nonfinite_steps)
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
                                resume_step=self.step if self.start_step else None)
         progress = StepProgress(cfg.train.steps, f"{cfg.objective} {cfg.task.name}",
@@ -301,8 +353,20 @@ class RLVRRun:
         warned: set[str] = set()
         try:
             while self.step < cfg.train.steps:
+                before = self._snapshot()
                 metrics = self.train_step()
                 self.step += 1
+                bad = non_finite_keys(metrics, GUARDED_METRICS)
+                if not bad and not parameters_finite(self.model.parameters()):
+                    bad = ["weights"]
+                if guard.observe(self.step, bad):
+                    self._undo(before)
+                metrics["health/skipped_steps"] = guard.skipped
+                if guard.should_stop:
+                    logger.log(self.step, metrics)
+                    # The weights are the last good ones again: a checkpoint to resume from.
+                    path = self.save_checkpoint()
+                    raise NonFiniteError(guard.stop_message(self.step, bad, str(path)))
                 if cfg.eval.every and self.step % cfg.eval.every == 0:
                     metrics.update(self.run_eval())
                 error = metrics.pop("reward/first_error", None)
@@ -318,14 +382,18 @@ class RLVRRun:
                     "tok/s": metrics["throughput/tokens_per_s"]})
                 if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
                     self.save_checkpoint()
+            # A finished run stays resumable (e.g. with more train.steps) from its last step.
+            if cfg.checkpoint.every and self.step % cfg.checkpoint.every:
+                self.save_checkpoint()
         finally:
             progress.close()
             logger.close()
-        final = self.run_dir / "final"
         with ckpt.atomic_dir(final) as tmp:
             save_model(self.model, self.tokenizer, tmp)
         return final
 
 
-def train(cfg: RLVRConfig, *, resume: bool = False) -> Path:
-    return RLVRRun(cfg, resume=resume).train()
+def train(cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
+          allow_config_change: bool = False) -> Path:
+    return RLVRRun(cfg, resume=resume, overwrite=overwrite,
+                   allow_config_change=allow_config_change).train()

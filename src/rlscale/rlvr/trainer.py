@@ -84,6 +84,7 @@ class PolicyTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps else 1.0)
         self.version = 0  # bumped after every step's updates: the policy version
+        self.skipped_updates = 0  # optimiser updates skipped for a non-finite gradient
 
     # -- helpers -------------------------------------------------------------------------
     @torch.no_grad()
@@ -162,7 +163,10 @@ class PolicyTrainer:
                             counts[k] = counts.get(k, 0) + 1
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
                 grad_norms.append(float(norm))
-                self.optimizer.step()
+                if math.isfinite(float(norm)):  # a NaN/inf loss or gradient would poison weights
+                    self.optimizer.step()
+                else:
+                    self.skipped_updates += 1
                 self.scheduler.step()
         self.version += 1
         self._before = (logp_first if old_logp is None else old_logp, entropy_first)

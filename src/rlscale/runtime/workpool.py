@@ -235,7 +235,7 @@ class WorkPool:
                  memory_mb: int | None = DEFAULT_MEMORY_MB):
         if workers < 1:
             raise ValueError(f"need at least one worker, got {workers}")
-        if memory_mb is not None and memory_mb < 64:
+        if memory_mb is not None and memory_mb < 128:  # a ready worker maps ~100 MB
             raise ValueError(f"memory_mb={memory_mb} is too small for a Python interpreter")
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
