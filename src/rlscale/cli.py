@@ -28,9 +28,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             ValueError)
 
 
-def fail(message: str) -> None:
+def _run_failures() -> tuple[type[BaseException], ...]:
+    from .runtime.health import NonFiniteError
+
+    return (NonFiniteError,)  # the run itself failed (not a usage error): exit status 1
+
+
+def fail(message: str, status: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(status)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def run_guarded(fn, *args, **kwargs):
@@ -40,7 +51,11 @@ def run_guarded(fn, *args, **kwargs):
     except _user_errors() as exc:
         if os.environ.get("RLSCALE_DEBUG"):
             raise  # RLSCALE_DEBUG=1 shows the traceback of what the one line summarises
-        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        fail(_first_line(exc))
+    except _run_failures() as exc:
+        if os.environ.get("RLSCALE_DEBUG"):
+            raise
+        fail(_first_line(exc), status=1)
 
 
 def _threads() -> None:
@@ -67,7 +82,9 @@ def quickstart(out: Annotated[Path, typer.Option(help="where everything is writt
 
 @app.command("sft")
 def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argument(
-        help="dotted overrides, e.g. steps=500 data.wrong_share=0.2")] = None) -> None:
+        help="dotted overrides, e.g. steps=500 data.wrong_share=0.2")] = None,
+        overwrite: Annotated[bool, typer.Option(
+            help="replace an earlier run and model that rlscale wrote there")] = False) -> None:
     """Supervised fine-tuning on task demonstrations (the base model for RL)."""
     from .config import load_config
     from .rlvr.config import SFTConfig
@@ -75,7 +92,7 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
 
     def go():
         cfg = load_config(SFTConfig, config, overrides or [])
-        path = sft(cfg)
+        path = sft(cfg, overwrite=overwrite)
         typer.echo(f"model written to {path}")
 
     _threads()
@@ -85,12 +102,14 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
 @rlvr_app.command("init-model")
 def init_model_command(out: Annotated[Path, typer.Option(help="output folder")],
                        preset: Annotated[str, typer.Option(help="tiny | small")] = "tiny",
-                       seed: int = 0) -> None:
+                       seed: int = 0,
+                       overwrite: Annotated[bool, typer.Option(
+                           help="replace a model that rlscale wrote there")] = False) -> None:
     """Build a freshly initialised model from a preset and save it as a HF folder."""
     from .rlvr.model import init_model
 
     _threads()
-    path = run_guarded(init_model, preset, out, seed)
+    path = run_guarded(init_model, preset, out, seed, overwrite=overwrite)
     typer.echo(f"model written to {path}")
 
 
@@ -100,6 +119,11 @@ def train_command(
     overrides: Annotated[list[str] | None, typer.Argument(
         help="dotted overrides, e.g. objective=dapo train.lr=1e-4")] = None,
     resume: Annotated[bool, typer.Option(help="continue from the last checkpoint")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        help="replace the earlier run in run_dir (only rlscale's own files)")] = False,
+    allow_config_change: Annotated[bool, typer.Option(
+        help="--resume with a config that changes the math; recorded in config_changes.jsonl"
+    )] = False,
 ) -> None:
     """Train with a GRPO-family objective; see the README's config reference."""
     from .config import load_config
@@ -108,7 +132,8 @@ def train_command(
 
     def go():
         cfg = load_config(RLVRConfig, config, overrides or [])
-        path = train(cfg, resume=resume)
+        path = train(cfg, resume=resume, overwrite=overwrite,
+                     allow_config_change=allow_config_change)
         typer.echo(f"final model written to {path}")
 
     _threads()
@@ -132,7 +157,7 @@ def eval_command(
     plot: Annotated[Path | None, typer.Option(help="also write a pass@k plot here (PNG)")] = None,
 ) -> None:
     """Unbiased pass@k on held-out prompts."""
-    from .rlvr.evaluate import evaluate
+    from .rlvr.evaluate import check_eval_arguments, evaluate
     from .rlvr.model import load_model
     from .rlvr.tasks import make_task
 
@@ -144,7 +169,10 @@ def eval_command(
         if not ks or min(ks) < 1:
             raise ValueError(f"--k needs positive integers, got '{k}'")
         n = samples or max(ks)
+        check_eval_arguments(prompts=prompts, samples=n, ks=ks, max_new_tokens=max_new_tokens,
+                             temperature=temperature, top_p=top_p)
         task_obj = make_task(task)
+        plot_path = _png_path(plot, "pass_at_k.png") if plot is not None else None
         lm, tokenizer = load_model(model)
         result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
                           samples=n, ks=ks, max_new_tokens=max_new_tokens,
@@ -152,7 +180,7 @@ def eval_command(
         if plot is not None:
             from .rlvr.plots import plot_pass_at_k
 
-            plot_pass_at_k({str(model): result.pass_at}, plot)
+            plot_pass_at_k({str(model): result.pass_at}, plot_path)
         if as_json:
             typer.echo(json.dumps({**{f"pass@{kk}": v for kk, v in result.pass_at.items()},
                                    "n": result.n, "samples": result.samples,
@@ -184,9 +212,22 @@ def passk_command(
     from .rlvr.plots import plot_pass_at_k
     from .rlvr.tasks import make_task
 
+    from .rlvr.evaluate import check_eval_arguments
+    from .rlvr.model import check_model_dir
+
     def go():
-        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        try:
+            ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
+        except ValueError:
+            raise ValueError(f"--k needs comma-separated positive integers, got '{k[:40]}'") from None
+        if not ks or min(ks) < 1:
+            raise ValueError(f"--k needs positive integers, got '{k[:40]}'")
+        check_eval_arguments(prompts=prompts, samples=max(ks), ks=ks,
+                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)
         task_obj = make_task(task)
+        for path in model:  # every model checked before the first is evaluated
+            check_model_dir(path)
+        plot_path = _png_path(out, "pass_at_k.png")
         curves = {}
         for path in model:
             lm, tokenizer = load_model(path)
@@ -195,12 +236,17 @@ def passk_command(
                               temperature=temperature)
             curves[str(path)] = result.pass_at
             typer.echo(f"{path}: " + "  ".join(f"pass@{kk} {v:.3f}" for kk, v in result.pass_at.items()))
-        plot_pass_at_k(curves, out, title=f"{task}: pass@k, {prompts} held-out prompts")
-        out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
-        typer.echo(f"plot written to {out}")
+        plot_pass_at_k(curves, plot_path, title=f"{task}: pass@k, {prompts} held-out prompts")
+        plot_path.with_suffix(".json").write_text(json.dumps(curves, indent=1))
+        typer.echo(f"plot written to {plot_path}")
 
     _threads()
     run_guarded(go)
+
+
+def _png_path(path: Path, name: str) -> Path:
+    """An existing folder gets the plot inside it, not a `DIR.png` beside it."""
+    return path / name if path.is_dir() else path
 
 
 fleet_app = typer.Typer(help="Model RL fleets: discrete-event simulation of sync/async modes.",

@@ -48,7 +48,7 @@ def _parse_value(text: str) -> Any:
     # YAML's scalar rules give the natural reading of `lr=1e-4`, `flag=true`, `k=[1,2]`.
     try:
         return _load_yaml(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):
         return text
 
 
@@ -85,7 +85,9 @@ def _format_error(err: pydantic.ValidationError, source: str) -> str:
     elif not first["loc"]:
         msg = first["msg"].removeprefix("Value error, ")
     else:
-        msg = f"field '{loc}': {first['msg']} (got {first.get('input')!r})"
+        got = repr(first.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        msg = f"field '{loc}': {first['msg']} (got {got})"
     more = len(err.errors()) - 1
     return f"{source}: {msg}" + (f" (+{more} more)" if more else "")
 
@@ -96,7 +98,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     try:
         data = _load_yaml(path.read_text()) or {}
-    except yaml.YAMLError as exc:
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (invalid UTF-8)") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
         raise ConfigError(f"{path}: invalid YAML{where}") from None
@@ -112,13 +116,33 @@ def build_config(model_cls: type[M], data: dict[str, Any], source: str = "config
         raise ConfigError(_format_error(err, source)) from None
 
 
+def _blamed_override(err: pydantic.ValidationError, overrides: list[str]) -> str | None:
+    """The command-line override that set the field of the first complaint, if one did."""
+    loc = ".".join(str(p) for p in err.errors()[0]["loc"])
+    for item in reversed(overrides):  # the last override of a key wins
+        key = item.partition("=")[0].strip()
+        if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
+            return item
+    return None
+
+
 def load_config(
     model_cls: type[M], path: str | Path | None, overrides: list[str] | None = None
 ) -> M:
-    """Read YAML (if a path is given), apply dotted overrides, validate strictly."""
+    """Read YAML (if a path is given), apply dotted overrides, validate strictly.
+
+    An error names where the bad value came from: the override on the command line that set
+    it, else the file."""
+    overrides = list(overrides or [])
     data = read_yaml(path) if path is not None else {}
-    apply_overrides(data, list(overrides or []))
-    return build_config(model_cls, data, str(path) if path is not None else "config")
+    apply_overrides(data, overrides)
+    try:
+        return model_cls.model_validate(data)
+    except pydantic.ValidationError as err:
+        item = _blamed_override(err, overrides)
+        source = (f"command line ({item[:60]!r})" if item is not None
+                  else str(path) if path is not None else "config")
+        raise ConfigError(_format_error(err, source)) from None
 
 
 def config_to_dict(cfg: StrictModel) -> dict[str, Any]:

@@ -103,6 +103,18 @@ class CheckpointConfig(StrictModel):
     keep: int = Field(2, ge=1)
 
 
+class HealthConfig(StrictModel):
+    max_nonfinite_steps: int = Field(
+        3, ge=1, description="non-finite steps in a row (each skipped) that stop the run")
+
+
+# Fields a `--resume` may change without --allow-config-change: they change speed or logging,
+# never the math of a step (train.steps may only grow; the loop checks that).
+RESUME_FREE_FIELDS = ("run_dir", "train.steps", "train.threads", "train.post_update_stats",
+                      "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress",
+                      "runtime.address", "runtime.worker_threads")
+
+
 class RLVRConfig(StrictModel):
     run_dir: str = "runs/rlvr"
     model: ModelConfig
@@ -113,6 +125,7 @@ class RLVRConfig(StrictModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     tensorboard: bool = True
     progress: bool = True
 

@@ -17,6 +17,7 @@ import torch
 
 from ..config import dump_config
 from ..runtime import checkpoint as ckpt
+from ..runtime import rundir
 from ..runtime.metrics import MetricsLogger, StepProgress
 from .config import SFTConfig
 from .model import PromptFormatter, build_tiny_model, load_model, save_model
@@ -53,15 +54,27 @@ def collate(pairs: list[tuple[list[int], list[int]]], pad_id: int):
     return ids, attention, labels
 
 
-def sft(cfg: SFTConfig) -> Path:
+def sft(cfg: SFTConfig, *, overwrite: bool = False) -> Path:
+    run_dir, out = Path(cfg.run_dir), Path(cfg.out)
+    rundir.check_separate(out, run_dir)
+    rundir.check_model_out(out, overwrite=overwrite)
+    # out may live inside run_dir (the default: runs/sft/model): it is the run's own entry.
+    inside = out.resolve().parent == run_dir.resolve()
+    lock = rundir.prepare_run_dir(run_dir, overwrite=overwrite,
+                                  extra_entries=[out.name] if inside else [])
+    try:
+        return _sft(cfg, run_dir, out)
+    finally:
+        lock.release()
+
+
+def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.init_preset is not None:
         model, tokenizer = build_tiny_model(cfg.init_preset, seed=cfg.seed)
     else:
         model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
     pairs = build_demonstrations(cfg, tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -97,7 +110,6 @@ def sft(cfg: SFTConfig) -> Path:
     finally:
         progress.close()
         logger.close()
-    out = Path(cfg.out)
     with ckpt.atomic_dir(out) as tmp:
         save_model(model, tokenizer, tmp)
     return out

@@ -15,6 +15,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from ..runtime.rundir import MODEL_MARKER, check_model_out
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 # Printable ASCII and newline: every task text round-trips exactly, spaces included.
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
@@ -69,12 +71,19 @@ def save_model(model, tokenizer, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    # Marks the folder as rlscale's, so `--overwrite` may replace it (and nothing else).
+    (out / MODEL_MARKER).write_text("a model folder written by rlscale\n")
     return out
 
 
-def init_model(preset: str, out: str | Path, seed: int = 0) -> Path:
+def init_model(preset: str, out: str | Path, seed: int = 0, *, overwrite: bool = False) -> Path:
+    from ..runtime.checkpoint import atomic_dir
+
+    out = check_model_out(out, overwrite=overwrite)
     model, tokenizer = build_tiny_model(preset, seed=seed)
-    return save_model(model, tokenizer, out)
+    with atomic_dir(out) as tmp:
+        save_model(model, tokenizer, tmp)
+    return out
 
 
 def load_tokenizer(path: str | Path):
@@ -88,13 +97,21 @@ def load_tokenizer(path: str | Path):
     return tokenizer
 
 
-def load_model(path: str | Path, dtype: str = "float32"):
-    """(model, tokenizer) from a local folder; a clear one-line error if it is not one."""
+def check_model_dir(path: str | Path) -> Path:
+    """`path` as a local model folder, or a one-line ModelLoadError saying what it is instead."""
     path = Path(path)
+    if path.is_file():
+        raise ModelLoadError(f"model path is a file, not a model folder: {path}")
     if not path.is_dir():
         raise ModelLoadError(f"model path does not exist: {path}")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"not a Hugging Face model folder (no config.json): {path}")
+    return path
+
+
+def load_model(path: str | Path, dtype: str = "float32"):
+    """(model, tokenizer) from a local folder; a clear one-line error if it is not one."""
+    path = check_model_dir(path)
     if dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPES)})")
     try:

@@ -1,20 +1,45 @@
-"""Atomic checkpoint directories and exact-resume RNG state."""
+"""Atomic checkpoint directories, verified loading with fallback, and exact-resume RNG state."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
+import signal
+import struct
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 STEP_PREFIX = "step_"
+T = TypeVar("T")
+
+# Fault injection for the fault suite (tests/faults): RLSCALE_FAULT=name@n SIGKILLs this
+# process the n-th time it passes the point `name`, so a kill lands exactly mid-write.
+_FAULT_COUNTS: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    spec = os.environ.get("RLSCALE_FAULT")
+    if not spec:
+        return
+    want, _, nth = spec.partition("@")
+    if want != name:
+        return
+    _FAULT_COUNTS[name] = _FAULT_COUNTS.get(name, 0) + 1
+    if _FAULT_COUNTS[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint where one was expected; one line naming why."""
 
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
@@ -58,6 +83,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
     try:
         yield tmp
+        fault_point("checkpoint-write")
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
@@ -66,6 +92,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             # Replace an older copy (e.g. `final/` from an earlier attempt) in two renames.
             trash = path.with_name(f".old-{path.name}-{os.getpid()}")
             os.rename(path, trash)
+            fault_point("checkpoint-replace")
             os.rename(tmp, path)
             shutil.rmtree(trash, ignore_errors=True)
         else:
@@ -73,6 +100,61 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file cannot be read (a torn header, data cut short), or None."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{path.name} is truncated (no header)"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return f"{path.name} is truncated (header cut short)"
+            header = json.loads(f.read(length))
+    except (OSError, ValueError) as exc:
+        return f"{path.name} has an unreadable header ({type(exc).__name__})"
+    ends = [v["data_offsets"][1] for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v]
+    if 8 + length + max(ends, default=0) > size:
+        return f"{path.name} is truncated ({size} bytes, its header needs {8 + length + max(ends)})"
+    return None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """A cheap check of every weights file of a checkpoint; the loader checks the rest."""
+    for f in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(f)
+        if problem:
+            return problem
+    return None
+
+
+def load_latest_usable(run_dir: str | Path, load: Callable[[Path], T],
+                       ) -> tuple[Path, T] | None:
+    """`load` the newest checkpoint that verifies and loads; warn about each one skipped.
+
+    A checkpoint torn by a disk error or a copy gone wrong costs the steps since the one
+    before it, not the run. None when there are no checkpoints at all."""
+    found = list_checkpoints(run_dir)
+    problems = []
+    for path in reversed(found):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            try:
+                return path, load(path)
+            except Exception as exc:  # noqa: BLE001 - any failure to load means "unusable"
+                text = str(exc).strip().splitlines()
+                problem = f"{type(exc).__name__}: {text[0][:160] if text else ''}".rstrip(": ")
+        problems.append(f"{path.name}: {problem}")
+        print(f"warning: checkpoint {path} is unusable ({problem}); trying the one before it",
+              file=sys.stderr, flush=True)
+    if found:
+        raise CheckpointError(f"no usable checkpoint in {Path(run_dir) / 'checkpoints'} "
+                              f"({'; '.join(problems)[:300]})")
+    return None
 
 
 def rng_state() -> dict[str, Any]:

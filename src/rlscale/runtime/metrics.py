@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +73,54 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _live(fields: tuple[str, ...], values: dict[str, Any]) -> str:
+    return "  ".join(f"{k} {values[k]:.3g}" for k in fields
+                     if isinstance(values.get(k), int | float) and not isinstance(values[k], bool))
+
+
+def progress_line(description: str, completed: int, total: int, rate: float | None,
+                  live: str) -> str:
+    """One self-contained log line: where the run is, how fast, when it ends, how it does."""
+    pct = 100.0 * completed / max(total, 1)
+    speed = f"{rate:.3g} steps/s" if rate else "- steps/s"
+    eta = _clock((total - completed) / rate) if rate else "-"
+    return f"{description}: step {completed}/{total} ({pct:.0f}%)  {speed}  ETA {eta}" + (
+        f"  {live}" if live else "")
+
+
 class StepProgress:
-    """A rich progress bar with a few live figures; silent when disabled or not a terminal."""
+    """Progress of a run: a rich bar in a terminal; plain lines in a log file or pipe.
+
+    In a terminal the step count and ETA come first, so an 80-column window cuts the live
+    figures, not them. Elsewhere (stdout redirected) a full line is printed at the first
+    step, then at most once per `every_s` seconds, and at the end: readable in `tail -f`
+    and never truncated. Silent when disabled."""
 
     def __init__(self, total: int, description: str, *, enabled: bool = True,
-                 completed: int = 0, fields: tuple[str, ...] = ()) -> None:
-        self.fields = fields
+                 completed: int = 0, fields: tuple[str, ...] = (), every_s: float | None = None,
+                 stream: Any = None, clock: Any = time.monotonic) -> None:
+        self.total, self.description, self.fields = total, description, fields
+        self.stream = stream if stream is not None else sys.stdout
+        self.clock = clock
+        self.every_s = every_s if every_s is not None else float(
+            os.environ.get("RLSCALE_PROGRESS_EVERY_S", "30"))
         self._progress = None
+        self._plain = False
+        self._start, self._start_step = clock(), completed
+        self._last_print: float | None = None
+        self._last_line: tuple[int, str] | None = None
+        self._completed, self._live = completed, ""
         if not enabled:
             return
+        if not getattr(self.stream, "isatty", lambda: False)():
+            self._plain = True
+            return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -87,22 +129,45 @@ class StepProgress:
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
+        from rich.table import Column
 
+        console = Console(file=self.stream)
+        # Fixed columns first and never squeezed; the live figures get what is left.
+        counter = 2 * len(str(total)) + 1
+        live_width = max(8, console.width - 45 - counter)
+        fixed = {"no_wrap": True, "overflow": "ellipsis"}
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[live]}"),
-            transient=False)
+            TextColumn("[bold]{task.description}", table_column=Column(max_width=20, **fixed)),
+            MofNCompleteColumn(table_column=Column(min_width=counter, **fixed)),
+            TextColumn("ETA", table_column=Column(**fixed)),
+            TimeRemainingColumn(table_column=Column(min_width=7, **fixed)),
+            BarColumn(bar_width=10),
+            TextColumn("{task.fields[live]}", table_column=Column(max_width=live_width, **fixed)),
+            console=console, transient=False)
         self._task = self._progress.add_task(description, total=total, completed=completed,
                                              live="")
         self._progress.start()
 
     def update(self, completed: int, values: dict[str, Any]) -> None:
-        if self._progress is None:
-            return
-        live = "  ".join(f"{k} {values[k]:.3g}" for k in self.fields
-                         if isinstance(values.get(k), int | float))
-        self._progress.update(self._task, completed=completed, live=live)
+        self._completed, self._live = completed, _live(self.fields, values)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=completed, live=self._live)
+        elif self._plain:
+            now = self.clock()
+            if self._last_print is None or now - self._last_print >= self.every_s:
+                self._print(now)
+
+    def _print(self, now: float) -> None:
+        done = self._completed - self._start_step
+        elapsed = now - self._start
+        rate = done / elapsed if done > 0 and elapsed > 0 else None
+        line = progress_line(self.description, self._completed, self.total, rate, self._live)
+        self._last_print, self._last_line = now, (self._completed, line)
+        print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+        elif self._plain and (self._last_line is None or self._last_line[0] != self._completed):
+            if self._completed > self._start_step:
+                self._print(self.clock())

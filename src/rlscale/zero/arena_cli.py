@@ -32,6 +32,19 @@ import typer
 from rlscale.zero.games.base import IllegalMove
 
 _USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)
+# The search preallocates a node per simulation (x the game's moves): a budget beyond this
+# asks for gigabytes before the first move, and no game here gains from it.
+MAX_SIMULATIONS = 200_000
+
+
+def check_simulations(simulations: int, flag: str = "--simulations") -> int:
+    if not 0 <= simulations <= MAX_SIMULATIONS:
+        raise ValueError(f"{flag} must be in 0..{MAX_SIMULATIONS}, got {simulations}")
+    return simulations
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 _HINTS = {"connect4": "a column 1-7", "tictactoe": "a cell 1-9 or a1-c3", "go": "e.g. D4 or pass"}
 
 
@@ -84,8 +97,7 @@ def _network_agent(model: Path | None, game: str, simulations: int, search: str,
                    name: str | None = None):
     from rlscale.zero.arena import load_network_agent
 
-    if simulations < 0:
-        raise ValueError("--simulations must be >= 0")
+    check_simulations(simulations)
     path = _model_path(model, game)
     try:
         return load_network_agent(path, simulations, game=game, search=search, seed=seed,
@@ -104,7 +116,7 @@ def _count_after(spec: str, prefix: str) -> int:
         raise ValueError(f"bad agent {spec!r}: {prefix}N needs an integer N") from None
     if value < (1 if prefix == "mcts:" else 0):
         raise ValueError(f"bad agent {spec!r}: N is too small")
-    return value
+    return check_simulations(value, f"agent {spec[:40]!r}: N")
 
 
 def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int):
@@ -152,6 +164,13 @@ def parse_position(game: Any, text: str) -> Any:
     """The state after the moves in `text`: Connect Four columns (`4453`), tic-tac-toe cells
     (`159`), Go GTP moves separated by spaces (`D4 E5 pass`). Raises IllegalMove."""
     text = text.strip()
+    try:
+        return _parse_position(game, text)
+    except IllegalMove as err:  # never echo a huge input back whole
+        raise IllegalMove(str(err).replace(repr(text), _short(text))) from None
+
+
+def _parse_position(game: Any, text: str) -> Any:
     if game.name == "connect4":
         from rlscale.zero.games.connect4 import state_from_moves
 
@@ -420,8 +439,9 @@ def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, se
     from rlscale.zero.mcts import search_states
     from rlscale.zero.network import PolicyValueNet, load_network, network_for, read_meta
 
-    if simulations < 0:
-        raise ValueError("--simulations must be >= 0")
+    check_simulations(simulations)
+    if not np.isfinite(komi) or abs(komi) > 1000:
+        raise ValueError(f"--komi must be a finite number of points, got {komi}")
     rng = np.random.default_rng(seed)
     nets: dict[int, PolicyValueNet] = {}
     game_kwargs: dict[str, Any] = {}

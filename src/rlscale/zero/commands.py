@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -25,9 +26,15 @@ def train(
     overrides: list[str] | None = typer.Argument(None, help="dotted overrides: train.lr=1e-3"),
     out: Path | None = typer.Option(None, "--out", help="run directory (default runs/zero/<name>)"),
     resume: bool = typer.Option(False, "--resume", help="continue from the last checkpoint"),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="replace the earlier run there (only rlscale's files)"),
+    allow_config_change: bool = typer.Option(
+        False, "--allow-config-change",
+        help="--resume with a config that changes the math; recorded in config_changes.jsonl"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
 ) -> None:
     """Self-play, learn, checkpoint; `--resume` continues exactly where a run stopped."""
+    from rlscale.runtime.health import NonFiniteError
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.loop import train as run_training
 
@@ -35,19 +42,25 @@ def train(
         cfg = load_config(ZeroConfig, config, overrides or [])
         if out is not None:
             cfg.out = str(out)
-    except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        result = run_training(cfg, resume=resume, progress=progress)
-    except (FileExistsError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        result = run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
+                              allow_config_change=allow_config_change)
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
+        _fail(err, 2)  # a usage error, as in every other command
+    except NonFiniteError as err:
+        _fail(err, 1)  # the run itself diverged
     c = result.counters
     typer.echo(
         f"done: {c.iteration} iterations, {c.games} games, {c.learner_steps} learner steps, "
         f"{c.seconds / 60:.1f} min; model in {result.final_dir}"
     )
+
+
+def _fail(err: BaseException, status: int) -> None:
+    if os.environ.get("RLSCALE_DEBUG"):
+        raise err
+    text = str(err).strip()
+    typer.echo(f"error: {text.splitlines()[0] if text else type(err).__name__}", err=True)
+    raise typer.Exit(status) from None
 
 
 def _register_arena_commands() -> None:

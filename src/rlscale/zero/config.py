@@ -117,6 +117,17 @@ class CheckpointConfig(StrictModel):
     keep: int = pydantic.Field(2, ge=1)
 
 
+class HealthConfig(StrictModel):
+    # iterations in a row with a non-finite loss or weights (each undone) that stop the run
+    max_nonfinite_steps: int = pydantic.Field(3, ge=1)
+
+
+# Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
+# rule (train.iterations may only grow; the loop checks that).
+RESUME_FREE_FIELDS = ("name", "out", "train.iterations", "train.max_minutes", "train.threads",
+                      "checkpoint.*", "health.*")
+
+
 def _first_error(err: pydantic.ValidationError) -> str:
     """'where: message' of a validation error's first complaint, for one-line errors."""
     first = err.errors()[0]
@@ -143,6 +154,7 @@ class ZeroConfig(StrictModel):
     replay: ReplayConfig = ReplayConfig()
     train: TrainConfig = TrainConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    health: HealthConfig = HealthConfig()
     # Stages: {iteration: {dotted.key: value}} changes settings from that iteration on, e.g.
     # {116: {train.lr: 5e-4, train.value_target_mix: 0.5, replay.capacity: 300000}}. At a
     # stage's first iteration the loop checkpoints and resumes itself with the new settings,

@@ -17,6 +17,7 @@ stops the engine. `final_score` is the Tromp-Taylor result of the current positi
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -149,6 +150,8 @@ class GtpEngine:
             komi = float(args[0])
         except ValueError:
             raise GtpError("syntax error: komi needs a number") from None
+        if not math.isfinite(komi) or abs(komi) > 1000:
+            raise GtpError("syntax error: komi must be a finite number of points")
         # States do not depend on komi, so the position survives.
         self.game = self.game_factory(size=self.game.size, komi=komi)
         return ""

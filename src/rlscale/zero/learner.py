@@ -71,8 +71,9 @@ class Learner:
         )
         loss = losses["value_loss"] + losses["policy_loss"]
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        if torch.isfinite(loss):  # a NaN/inf loss would poison the weights: skip the update
+            loss.backward()
+            self.optimizer.step()
         self.steps += 1
         return {k: float(v.detach()) for k, v in losses.items()}
 

@@ -14,6 +14,7 @@ their trees) and every RNG, so a resumed run continues exactly where the origina
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import time
@@ -23,21 +24,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from rlscale.config import dump_config
 from rlscale.runtime.checkpoint import (
     atomic_dir,
     checkpoint_path,
     checkpoint_step,
-    latest_checkpoint,
+    load_latest_usable,
     prune_checkpoints,
     rng_state,
     set_rng_state,
 )
-from rlscale.runtime.metrics import MetricsLogger
+from rlscale.config import config_to_dict
+from rlscale.runtime import rundir
+from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, parameters_finite
+from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.versions import WeightStore, staleness
-from rlscale.zero.config import ZeroConfig
+from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
 from rlscale.zero.network import grow_network, load_network, network_for, save_network
@@ -102,6 +104,8 @@ class ZeroRun:
         train_start = time.perf_counter()
         losses: list[dict[str, float]] = []
         versions: list[np.ndarray] = []
+        self.nonfinite = []
+        before = self._snapshot()
         if len(self.replay) >= cfg.train.min_replay:
             self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
@@ -113,7 +117,10 @@ class ZeroRun:
         train_seconds = time.perf_counter() - train_start
         lag = staleness(self.store.version, np.concatenate(versions)) if versions else {}
         self.last_lags = self.store.version - np.concatenate(versions) if versions else None
-        if losses:
+        self.nonfinite = _nonfinite(losses, self.learner.net)
+        if self.nonfinite:  # undo the iteration's updates; the self-play games stay in replay
+            self._undo(before)
+        elif losses:
             self.counters.version = self.learner.publish(self.store)
 
         c = self.counters
@@ -125,6 +132,14 @@ class ZeroRun:
         c.seconds += seconds
         return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds,
                              self.learner.optimizer.param_groups[0]["lr"], held_out)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"net": {k: v.detach().clone() for k, v in self.learner.net.state_dict().items()},
+                "optimizer": copy.deepcopy(self.learner.optimizer.state_dict())}
+
+    def _undo(self, snapshot: dict[str, Any]) -> None:
+        self.learner.net.load_state_dict(snapshot["net"])
+        self.learner.optimizer.load_state_dict(snapshot["optimizer"])
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
@@ -185,6 +200,14 @@ class ZeroRun:
             save_network(self.learner.net, tmp, self.game.name, self.cfg.game.kwargs,
                          self.model_extra())
         return final
+
+
+def _nonfinite(losses: list[dict[str, float]], net: torch.nn.Module) -> list[str]:
+    """The non-finite figures of an iteration's updates: a loss, or the weights themselves."""
+    bad = sorted({k for x in losses for k, v in x.items() if not math.isfinite(v)})
+    if not parameters_finite(net.parameters()):
+        bad.append("weights")
+    return bad
 
 
 def _lens_metrics(
@@ -254,57 +277,96 @@ def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None) -> Zero
     return run
 
 
-def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True) -> TrainResult:
+def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
+          overwrite: bool = False, allow_config_change: bool = False) -> TrainResult:
     """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes).
 
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
     that stage's settings, so a staged run and one stopped and resumed by hand agree."""
     run_dir = cfg.run_dir()
-    resumed_from = None
+    lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
+    try:
+        return _train(cfg, run_dir, resume, progress, allow_config_change)
+    finally:
+        lock.release()
+
+
+def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None:
+    """The newest usable checkpoint, loaded; a torn one falls back to the one before."""
+
+    def load(path: Path) -> ZeroRun:
+        return _start_run(cfg, checkpoint_step(path) + 1, path)
+
+    return load_latest_usable(run_dir, load)
+
+
+def _check_resumed_config(cfg: ZeroConfig, run_dir: Path, done: int, allow: bool) -> None:
+    if done > cfg.train.iterations:
+        raise rundir.RunDirError(
+            f"the run in {run_dir} has done {done} iterations; train.iterations="
+            f"{cfg.train.iterations} is below that (raise it to continue the run)")
+    recorded = rundir.read_recorded_config(run_dir)
+    if recorded is not None:
+        try:  # fields added since the run started compare as their defaults
+            recorded = config_to_dict(ZeroConfig.model_validate(recorded))
+        except ValueError:
+            pass
+    rundir.check_resume_config(run_dir, recorded, config_to_dict(cfg), step=done + 1,
+                               free_fields=RESUME_FREE_FIELDS, allow_change=allow)
+
+
+def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
+           allow_config_change: bool) -> TrainResult:
+    found = _resume_point(cfg, run_dir) if resume else None
+    resumed_from, run = found if found is not None else (None, _start_run(cfg, 1, None))
     if resume:
-        resumed_from = latest_checkpoint(run_dir)
-    elif latest_checkpoint(run_dir) is not None:
-        raise FileExistsError(
-            f"{run_dir} already holds checkpoints: pass --resume, or --out a new directory"
-        )
-    done = checkpoint_step(resumed_from) if resumed_from is not None else 0
-    run = _start_run(cfg, done + 1, resumed_from)
-    run_dir.mkdir(parents=True, exist_ok=True)
+        _check_resumed_config(cfg, run_dir, run.counters.iteration, allow_config_change)
+    final = run_dir / "final"
+    if resumed_from is not None and run.counters.iteration >= cfg.train.iterations \
+            and (final / "model.json").is_file():
+        print(f"the run in {run_dir} is already at iteration {run.counters.iteration}; "
+              "nothing to do")
+        return TrainResult(run_dir, run.counters, final, {})
     dump_config(cfg, run_dir / "config.yaml")
     logger = MetricsLogger(
         run_dir, resume_step=run.counters.iteration if resumed_from is not None else None
     )
+    guard = NonFiniteGuard(cfg.health.max_nonfinite_steps, what="iteration")
     started = time.perf_counter()
     metrics: dict[str, Any] = {}
-    columns = (TextColumn("[bold]zero[/] {task.description}"), BarColumn(),
-               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    bar = StepProgress(cfg.train.iterations, f"zero {cfg.name}", enabled=progress,
+                       completed=run.counters.iteration, fields=("games", "vloss", "ploss"))
     try:
-        with Progress(*columns, disable=not progress) as bar:
-            task = bar.add_task(cfg.name, total=cfg.train.iterations,
-                                completed=run.counters.iteration)
-            while run.counters.iteration < cfg.train.iterations:
-                upcoming = run.counters.iteration + 1
-                if cfg.stage_start(upcoming) != run.stage:
-                    path = checkpoint_path(run_dir, run.counters.iteration)
-                    if not path.is_dir():
-                        path = run.save_checkpoint()
-                    run = _start_run(cfg, upcoming, path)
-                metrics = logger.log(run.counters.iteration + 1, run.iterate())
-                if run.last_lags is not None:
-                    logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
-                bar.update(task, completed=run.counters.iteration, description=(
-                    f"{cfg.name} games {run.counters.games} "
-                    f"vloss {metrics.get('credit/value_loss', float('nan')):.3f} "
-                    f"ploss {metrics.get('bias_variance/policy_loss', float('nan')):.3f}"
-                ))
-                last = run.counters.iteration >= cfg.train.iterations
-                budget = run.cfg.train.max_minutes
-                out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
-                if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
-                    run.save_checkpoint()
-                if out_of_time:
-                    break
+        while run.counters.iteration < cfg.train.iterations:
+            upcoming = run.counters.iteration + 1
+            if cfg.stage_start(upcoming) != run.stage:
+                path = checkpoint_path(run_dir, run.counters.iteration)
+                if not path.is_dir():
+                    path = run.save_checkpoint()
+                run = _start_run(cfg, upcoming, path)
+            values = run.iterate()
+            guard.observe(run.counters.iteration, run.nonfinite)
+            values["health/skipped_steps"] = guard.skipped
+            metrics = logger.log(run.counters.iteration, values)
+            if guard.should_stop:
+                # The weights are the last good ones again: a checkpoint to resume from.
+                path = run.save_checkpoint()
+                raise NonFiniteError(guard.stop_message(run.counters.iteration, run.nonfinite,
+                                                        str(path)))
+            if run.last_lags is not None:
+                logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
+            bar.update(run.counters.iteration, {
+                "games": run.counters.games, "vloss": metrics.get("credit/value_loss"),
+                "ploss": metrics.get("bias_variance/policy_loss")})
+            last = run.counters.iteration >= cfg.train.iterations
+            budget = run.cfg.train.max_minutes
+            out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
+            if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
+                run.save_checkpoint()
+            if out_of_time:
+                break
     finally:
+        bar.close()
         logger.close()
     final = run.save_final()
     return TrainResult(run_dir, run.counters, final, metrics)

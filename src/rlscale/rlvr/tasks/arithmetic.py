@@ -11,7 +11,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .base import Example, draw_in_split
+from .base import Example, TaskOptionError, check_option, draw_in_split
 
 # ASCII digits only: `\d` would also accept other scripts' digits, which int() parses.
 _ANSWER = re.compile(r"-?[0-9]+")
@@ -24,6 +24,21 @@ class ArithmeticTask:
     mul_digits: tuple[int, int] = (2, 1)  # multiplication: (digits of a, digits of b)
     mul_share: float = 0.3
     test_share: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_option(self.name, "add_digits", self.add_digits, int, 1, 18)
+        if isinstance(self.mul_digits, list):
+            self.mul_digits = tuple(self.mul_digits)  # YAML gives a list
+        if not isinstance(self.mul_digits, tuple) or len(self.mul_digits) != 2:
+            raise TaskOptionError(f"task '{self.name}' option mul_digits must be two integers, "
+                                  f"got {str(self.mul_digits)[:40]!r}")
+        for digits in self.mul_digits:
+            check_option(self.name, "mul_digits", digits, int, 1, 18)
+        check_option(self.name, "mul_share", self.mul_share, float, 0, 1)
+        check_option(self.name, "test_share", self.test_share, float, 0, 1)
+        if self.test_share >= 1:
+            raise TaskOptionError(f"task '{self.name}' option test_share must be below 1 "
+                                  "(the train split would be empty)")
 
     def _generate(self, rng: random.Random) -> Example:
         if rng.random() < self.mul_share:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +32,26 @@ class Task(Protocol):
         """A reference completion, for supervised fine-tuning."""
 
 
+class TaskOptionError(ValueError):
+    """A task option of the wrong type or out of range; one line naming the option."""
+
+
+def check_option(task: str, name: str, value: Any, kind: type, lo: float | None = None,
+                 hi: float | None = None, *, lo_open: bool = False) -> None:
+    """Raise TaskOptionError unless `value` is a `kind` within [lo, hi] ((lo, hi] if lo_open)."""
+    where = f"task '{task}' option {name}"
+    ok_type = (isinstance(value, int | float) if kind is float else isinstance(value, kind)) \
+        and not isinstance(value, bool)
+    if not ok_type:
+        raise TaskOptionError(f"{where} must be {'a number' if kind is float else 'an integer'}, "
+                              f"got {str(value)[:40]!r}")
+    if not math.isfinite(value) or (lo is not None and (value <= lo if lo_open else value < lo)) \
+            or (hi is not None and value > hi):
+        bounds = (f"{'>' if lo_open else '>='} {lo}" if hi is None
+                  else f"in {'(' if lo_open else '['}{lo}, {hi}]")
+        raise TaskOptionError(f"{where} must be {bounds}, got {value}")
+
+
 def split_of(prompt: str, test_share: float = 0.1) -> str:
     """Hash-based split: a prompt belongs to exactly one split, whatever the seed."""
     h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
@@ -42,11 +63,15 @@ def draw_in_split(generate, split: str, rng: random.Random, test_share: float = 
     """Rejection-sample `generate(rng)` until its prompt falls in `split`."""
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    if split == "test" and test_share <= 0:
+        raise TaskOptionError("the task has no test split (test_share=0); "
+                              "set task.options.test_share above 0 to evaluate")
     for _ in range(max_tries):
         example = generate(rng)
         if split_of(example.prompt, test_share) == split:
             return example
-    raise RuntimeError(f"could not draw a '{split}' example in {max_tries} tries")
+    raise TaskOptionError(f"could not draw a '{split}' example in {max_tries} tries "
+                          f"(test_share={test_share}; the task may have too few prompts)")
 
 
 def examples(task: Task, split: str, seed: int, n: int, *, unique: bool = True) -> list[Example]:

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .base import Example, draw_in_split
+from .base import Example, TaskOptionError, check_option, draw_in_split
 
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
@@ -99,10 +99,21 @@ class CountdownTask:
     max_number: int = 20
     max_target: int = 100
     test_share: float = 0.1
+    max_tries: int = 10_000   # draws of numbers per puzzle before giving up
+
+    def __post_init__(self) -> None:
+        check_option(self.name, "count", self.count, int, 1, 6)
+        check_option(self.name, "max_number", self.max_number, int, 1, 10**6)
+        check_option(self.name, "max_target", self.max_target, int, 1, 10**9)
+        check_option(self.name, "test_share", self.test_share, float, 0, 1)
+        check_option(self.name, "max_tries", self.max_tries, int, 1)
+        if self.test_share >= 1:
+            raise TaskOptionError(f"task '{self.name}' option test_share must be below 1 "
+                                  "(the train split would be empty)")
 
     def _generate(self, rng: random.Random) -> Example:
         # Build the target from the numbers so every puzzle has a solution.
-        while True:
+        for _ in range(self.max_tries):
             numbers = [rng.randint(1, self.max_number) for _ in range(self.count)]
             value = Fraction(numbers[0])
             for n in numbers[1:]:
@@ -110,6 +121,10 @@ class CountdownTask:
                 value = value + n if op == "+" else value - n if op == "-" else value * n
             if value.denominator == 1 and 0 < value <= self.max_target:
                 break
+        else:  # e.g. count=1 with max_number above max_target only rarely fits
+            raise TaskOptionError(
+                f"task '{self.name}' cannot make a puzzle with count={self.count}, max_number="
+                f"{self.max_number}, max_target={self.max_target} in {self.max_tries} tries")
         target = int(value)
         shown = sorted(numbers)
         prompt = f"{' '.join(map(str, shown))}->{target}:"

@@ -1,0 +1,295 @@
+"""The run-directory contract: a run directory belongs to one run, and nothing is lost.
+
+- A fresh run writes only into a new or empty folder. A folder that holds an earlier run is
+  continued only with `--resume` and replaced only with `--overwrite` (which deletes rlscale's
+  own entries and nothing else). A folder that holds anything rlscale did not write is refused,
+  whatever the flags: rlscale never deletes a user's files.
+- An advisory lock file (`.lock`, the owner's host and PID) refuses a second concurrent run; a
+  lock left by a dead process is taken over with a warning.
+- A resume compares the new config with the recorded one: changes that alter the math are
+  refused with the list of differences unless allowed, and every change is recorded in
+  `config_changes.jsonl` with the step it took effect.
+
+This module knows nothing of language models or games: each loop says which config fields
+are free to change (speed, logging) and passes plain dicts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fnmatch
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+LOCK_NAME = ".lock"
+CHANGES_NAME = "config_changes.jsonl"
+# What rlscale writes at the top of a run directory (checkpoint.py, metrics.py, the loops).
+RUN_ENTRIES = frozenset({"config.yaml", "metrics.jsonl", "tb", "checkpoints", "final",
+                         CHANGES_NAME, LOCK_NAME})
+# A model folder rlscale wrote carries this file, so `--overwrite` can tell it from a user's.
+MODEL_MARKER = ".rlscale-model"
+
+
+class RunDirError(ValueError):
+    """A run or output directory that cannot be used as asked; one line naming why."""
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _leftover(name: str) -> bool:
+    # atomic_dir's temporaries and half-replaced copies of a killed process
+    return name.startswith(".tmp-") or name.startswith(".old-")
+
+
+def _sample(names: Iterable[str], limit: int = 3) -> str:
+    names = sorted(names)
+    shown = ", ".join(repr(n[:60]) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+@dataclass(frozen=True)
+class RunDirContents:
+    ours: frozenset[str]      # entries rlscale writes in a run directory
+    foreign: frozenset[str]   # everything else (never touched)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.ours - {LOCK_NAME})
+
+
+def inspect_run_dir(run_dir: Path, extra_entries: Iterable[str] = ()) -> RunDirContents:
+    known = RUN_ENTRIES | set(extra_entries)
+    names = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
+    names = {n for n in names if not _leftover(n)}
+    return RunDirContents(frozenset(names & known), frozenset(names - known))
+
+
+def _make_dir(path: Path, what: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"{what} {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".tmp-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise RunDirError(f"cannot write to {what} {path}: {exc.strerror or exc}") from None
+
+
+def clean_leftovers(run_dir: Path) -> list[Path]:
+    """Remove `.tmp-*` / `.old-*` folders of killed processes (call only while holding the
+    lock: then no live process is writing them)."""
+    removed = []
+    for folder in (run_dir, run_dir / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if _leftover(p.name) and not p.name.startswith(f".tmp-probe-{os.getpid()}"):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+# -- the lock -----------------------------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM  # exists, owned by someone else
+    return True
+
+
+class RunLock:
+    """`.lock` in the run directory, holding `host pid` of the run that owns it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.held = False
+
+    def acquire(self) -> RunLock:
+        me = f"{socket.gethostname()} {os.getpid()}"
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(me + "\n")
+            self.held = True
+            atexit.register(self.release)
+            return self
+        raise RunDirError(f"cannot take the lock {self.path}")
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            host, _, pid_text = self.path.read_text().strip().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            host, pid = "", -1  # unreadable or torn: written by a process killed mid-write
+        here = host == socket.gethostname()
+        if pid > 0 and (not here or _pid_alive(pid)) and pid != os.getpid():
+            where = f"pid {pid}" + ("" if here else f" on {host}")
+            raise RunDirError(f"{self.path.parent} is in use by another run ({where}); wait for "
+                              f"it to finish, or delete {self.path} if that run is dead")
+        _warn(f"taking over the stale lock {self.path} (pid {pid} is not running)")
+        self.path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.path.unlink(missing_ok=True)
+
+
+# -- preparing a directory ----------------------------------------------------------------
+def prepare_run_dir(run_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                    extra_entries: Iterable[str] = ()) -> RunLock:
+    """Check the contract for `run_dir`, take its lock, clean a killed run's leftovers.
+
+    Returns the held lock; release it when the run ends (it is also released at exit)."""
+    run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite exclude each other")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} is a file, not a folder")
+    contents = inspect_run_dir(run_dir, extra_entries)
+    if contents.foreign and not resume:
+        raise RunDirError(
+            f"run directory {run_dir} holds files rlscale did not write "
+            f"({_sample(contents.foreign)}); choose a new or empty folder")
+    if contents.started and not (resume or overwrite):
+        raise RunDirError(
+            f"run directory {run_dir} already holds a run; pass --resume to continue it, "
+            "--overwrite to replace it, or choose another folder")
+    _make_dir(run_dir, "run directory")
+    lock = RunLock(run_dir / LOCK_NAME).acquire()
+    try:
+        if overwrite:
+            for name in contents.ours - {LOCK_NAME}:
+                p = run_dir / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+        clean_leftovers(run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def check_model_out(out: str | Path, *, overwrite: bool = False) -> Path:
+    """A folder a model may be written to: new, empty, or (with `overwrite`) a model folder
+    rlscale wrote. Never a folder holding anything else."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"output {out} is a file, not a folder")
+    names = [p.name for p in out.iterdir()] if out.is_dir() else []
+    if names:
+        if (out / MODEL_MARKER).is_file():
+            if not overwrite:
+                raise RunDirError(f"{out} already holds a model; pass --overwrite to replace it, "
+                                  "or choose another folder")
+        else:
+            raise RunDirError(f"{out} is not empty and was not written by rlscale "
+                              f"({_sample(names)}); choose a new or empty folder")
+    _make_dir(out.parent if not out.exists() else out, "output folder")
+    return out
+
+
+def check_separate(out: str | Path, run_dir: str | Path) -> None:
+    """The model output must not be the run directory or hold it (it is replaced whole)."""
+    out, run_dir = Path(out).resolve(), Path(run_dir).resolve()
+    if out == run_dir or out in run_dir.parents:
+        raise RunDirError(f"out={out} would replace the run directory {run_dir}; "
+                          "give the model a folder of its own (e.g. run_dir/model)")
+
+
+# -- config-locked resume -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigChange:
+    key: str
+    old: Any
+    new: Any
+    free: bool   # speed or logging only: allowed without asking
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+_ABSENT = "<absent>"
+
+
+def config_changes(recorded: dict[str, Any], current: dict[str, Any],
+                   free_fields: Iterable[str]) -> list[ConfigChange]:
+    """Differences between two config dicts, by dotted key; `free_fields` are glob patterns."""
+    old, new = flatten(recorded), flatten(current)
+    patterns = tuple(free_fields)
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if a != b:
+            free = any(fnmatch.fnmatchcase(key, p) for p in patterns)
+            changes.append(ConfigChange(key, a, b, free))
+    return changes
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe(changes: Iterable[ConfigChange], limit: int = 6) -> str:
+    items = [f"{c.key} {_short(c.old)} -> {_short(c.new)}" for c in changes]
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+def read_recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        raise RunDirError(f"{path} is not valid YAML; cannot check the resumed config against "
+                          "it (restore it, or pass --overwrite to start over)") from None
+    return data if isinstance(data, dict) else None
+
+
+def check_resume_config(run_dir: str | Path, recorded: dict[str, Any] | None,
+                        current: dict[str, Any], *, step: int, free_fields: Iterable[str],
+                        allow_change: bool) -> list[ConfigChange]:
+    """Refuse math-changing differences (unless `allow_change`); record every difference in
+    config_changes.jsonl with the step it takes effect from. Returns the changes."""
+    if recorded is None:
+        return []
+    changes = config_changes(recorded, current, free_fields)
+    # Settings named by the user (objective, train.lr) before the fields derived from them.
+    math_changes = sorted((c for c in changes if not c.free),
+                          key=lambda c: (c.key.startswith("loss."), c.key))
+    if math_changes and not allow_change:
+        raise RunDirError(
+            f"--resume with a config that changes the math of the run: {describe(math_changes)}; "
+            "resume with the recorded config, or pass --allow-config-change to record the change")
+    if changes:
+        row = {"step": step, "changes": {c.key: {"old": c.old, "new": c.new, "free": c.free}
+                                         for c in changes}}
+        with open(Path(run_dir) / CHANGES_NAME, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+    return changes
