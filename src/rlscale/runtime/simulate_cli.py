@@ -19,12 +19,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.1f} s"
 
 
+def fleet_title(cfg: FleetConfig) -> str:
+    return (f"fleet '{cfg.name}': {cfg.inference.workers} x {cfg.inference.slots} slots : "
+            f"{cfg.trainer.devices} trainer devices, {cfg.workload.steps} steps")
+
+
 def results_table(cfg: FleetConfig, results: list[SimResult]):
     from rich.table import Table
 
-    table = Table(title=f"fleet '{cfg.name}': {cfg.inference.workers} x {cfg.inference.slots} "
-                        f"slots : {cfg.trainer.devices} trainer devices, "
-                        f"{cfg.workload.steps} steps")
+    table = Table(title=fleet_title(cfg))
     table.add_column("mode", no_wrap=True)
     # utilisation: busy share of inference slots and of the trainer; lag: of trained tokens
     for name in ("wall", "tok/s", "x sync", "infer", "train", "lag", "lag max", "drop"):
@@ -63,7 +66,7 @@ def plot_results(cfg: FleetConfig, results: list[SimResult], out: Path) -> list[
                  label="trainer", color="tab:green")
     ax_util.set(xlim=(0, 1), xlabel="busy share of the wall time", title="utilisation")
     ax_util.legend(loc="lower right", fontsize=8)
-    fig.suptitle(f"fleet '{cfg.name}'")
+    fig.suptitle(fleet_title(cfg))
     paths = [save_figure(fig, out / "fleet_throughput.png")]
 
     max_lag = max((r.staleness_max for r in results), default=0)
@@ -75,7 +78,7 @@ def plot_results(cfg: FleetConfig, results: list[SimResult], out: Path) -> list[
         ax.bar(lags - 0.4 + (i + 0.5) * width,
                [r.staleness_hist.get(int(lag), 0) / total for lag in lags], width, label=r.mode)
     ax.set(xticks=lags, xlabel="version lag of a trained token", ylabel="share of tokens",
-           title=f"fleet '{cfg.name}': staleness of trained tokens")
+           title=f"{fleet_title(cfg)}\nstaleness of trained tokens")
     ax.legend(fontsize=7, ncols=2)
     paths.append(save_figure(fig, out / "fleet_staleness.png"))
 
@@ -87,7 +90,7 @@ def plot_results(cfg: FleetConfig, results: list[SimResult], out: Path) -> list[
         ax.plot([0, *ends], [0, *np.cumsum([s.response_tokens for s in r.timeline])],
                 label=r.mode, lw=1.2)
     ax.set(xlabel="wall time (h)" if hours else "wall time (s)", ylabel="trained response tokens",
-           title=f"fleet '{cfg.name}': progress of training")
+           title=f"{fleet_title(cfg)}\nprogress of training")
     ax.legend(fontsize=7)
     paths.append(save_figure(fig, out / "fleet_timeline.png"))
     return paths

