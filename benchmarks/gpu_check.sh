@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One prepared check for a lent GPU machine (written for one H200): rlscale's vLLM engine on CUDA.
+#
+#   OUT=/some/dir bash benchmarks/gpu_check.sh        # from the repository root
+#
+# 1. a venv with rlscale and PyPI's CUDA vLLM (`.[vllm]`: vllm==0.32.0 pins the matching torch),
+#    unless PYTHON names an interpreter that already has them (a machine without a registry);
+# 2. torch.cuda.is_available(), device name, versions;
+# 3. a two-step trainer run on CUDA if the config has train.device (skipped otherwise);
+# 4. tests/test_vllm_engine.py on CUDA (greedy tokens, mu after top-p, load_weights);
+# 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
+#    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
+#    and peak GPU memory.
+# Everything lands in $OUT: one log per part and summary.txt (one line per part, with its exit
+# status). A failing part is recorded and the next one still runs.
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$REPO/gpu_check_out}"
+VENV="${VENV:-/tmp/rlscale-gpu-venv}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+cd "$REPO"
+
+part() {  # part NAME COMMAND...: run, log to $OUT/NAME.log, record the exit status
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name: $*"
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$SUMMARY"
+  tail -n 25 "$OUT/$name.log"
+  return $rc
+}
+
+install() {
+  python3 -m venv "$VENV" && "$VENV/bin/pip" install -q --upgrade pip \
+    && "$VENV/bin/pip" install -q -e ".[vllm,dev]"
+}
+
+if [ -z "${PYTHON:-}" ]; then
+  part install install || { echo "install failed: set PYTHON to an interpreter with vllm" | tee -a "$SUMMARY"; exit 1; }
+  PYTHON="$VENV/bin/python"
+fi
+
+part cuda "$PYTHON" -c '
+import torch, vllm, transformers
+assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
+print("torch", torch.__version__, "cuda", torch.version.cuda, "vllm", vllm.__version__,
+      "transformers", transformers.__version__)
+print("device", torch.cuda.get_device_name(0),
+      f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
+' || exit 1
+"$PYTHON" -m pip freeze > "$OUT/pip_freeze.txt" 2>/dev/null
+nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
+
+# The trainer step needs a train.device option; until the config has one this part is skipped.
+if "$PYTHON" -c '
+from rlscale.rlvr.config import RLVRConfig
+raise SystemExit(0 if "device" in RLVRConfig.model_fields["train"].annotation.model_fields else 1)
+' 2>/dev/null; then
+  part trainer_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_model('tiny', '$OUT/train_base')"
+  part trainer "$PYTHON" -m rlscale.cli rlvr train src/rlscale/configs/rlvr/quickstart.yaml \
+    model.path="$OUT/train_base" run_dir="$OUT/train_run" train.steps=2 train.device=cuda \
+    eval.every=0 checkpoint.every=0
+else
+  echo "trainer skipped: the train config has no device option" | tee -a "$SUMMARY"
+fi
+
+part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
+
+# Small KV share: the figure of interest is the model's, not the preallocation's.
+part bench_tiny "$PYTHON" benchmarks/engine_vllm.py --models tiny --modes compiled \
+  --dtype float32 --slots 256 --engine-arg gpu_memory_utilization=0.2 --json "$OUT/bench_tiny.json"
+part bench_05b "$PYTHON" benchmarks/engine_vllm.py --models 0.5b --modes compiled \
+  --dtype bfloat16 --slots 256 --engine-arg gpu_memory_utilization=0.3 --json "$OUT/bench_05b.json"
+
+echo "== summary ($SUMMARY)"
+cat "$SUMMARY"
