@@ -206,10 +206,22 @@ class RLVRRun:
         self.model.load_state_dict(model.state_dict())
         self.trainer.optimizer.load_state_dict(state["optimizer"])
         self.trainer.scheduler.load_state_dict(state["scheduler"])
+        self._config_lr_wins()
         self.trainer.version = state["version"]
         self.step = state["step"]
         self.last_eval = state.get("last_eval", {})
         ckpt.set_rng_state(state["rng"])
+
+    def _config_lr_wins(self) -> None:
+        """The optimiser state carries the old run's lr; a resume with a (recorded) lr change
+        must train with the new one, on the same schedule position."""
+        t, sched = self.cfg.train, self.trainer.scheduler
+        sched.base_lrs = [t.lr] * len(sched.base_lrs)
+        for group, schedule in zip(self.trainer.optimizer.param_groups, sched.lr_lambdas,
+                                   strict=True):
+            group.update(initial_lr=t.lr, lr=t.lr * schedule(sched.last_epoch),
+                         weight_decay=t.weight_decay)
+        sched._last_lr = [g["lr"] for g in self.trainer.optimizer.param_groups]
 
     def _check_resumed_config(self, resolved: RLVRConfig, allow_change: bool) -> None:
         if self.step > self.cfg.train.steps:
