@@ -126,7 +126,6 @@ class StepProgress:
             MofNCompleteColumn,
             Progress,
             TextColumn,
-            TimeElapsedColumn,
             TimeRemainingColumn,
         )
         from rich.table import Column

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from rlscale.config import dump_config
+
+from rlscale.config import config_to_dict, dump_config
+from rlscale.runtime import rundir
 from rlscale.runtime.checkpoint import (
     atomic_dir,
     checkpoint_path,
@@ -34,8 +36,6 @@ from rlscale.runtime.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from rlscale.config import config_to_dict
-from rlscale.runtime import rundir
 from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.versions import WeightStore, staleness
