@@ -117,6 +117,26 @@ def test_load_weights_between_steps(tiny_model_dir, hf_model):
         assert ((got - old).abs()[versions == 1] > 1e-3).any()
 
 
+def test_load_weights_keeping_the_running_cache(tiny_model_dir):
+    """recompute_cache_on_update=False: running requests keep their old-weight KV (so their
+    later tokens match neither model exactly), but no new request reuses an old prefix."""
+    sampling = EngineSampling(temperature=1.0, ignore_eos=True)
+    new_model, _ = build_tiny_model("tiny", seed=1)
+    new_model.eval()
+    with engine(tiny_model_dir, sampling, recompute_cache_on_update=False) as eng:
+        add_all(eng, PROMPTS[:2], 8)
+        for _ in range(3):
+            eng.step()
+        eng.load_weights(new_model.state_dict(), version=5)
+        eng.add_request(GenerationRequest(10, PROMPTS[0], 6))
+        done = {c.request_id: c for c in eng.run()}
+    assert done[0].versions == done[1].versions == [0] * 3 + [5] * 5
+    fresh = done[10]
+    assert fresh.versions == [5] * 6
+    expected = reference_logprobs(new_model, fresh, sampling)
+    assert torch.allclose(torch.tensor(fresh.logprobs), expected, atol=1e-4, rtol=0)
+
+
 def test_abort_all_and_close_leave_nothing(tiny_model_dir):
     before = {n for n in os.listdir("/dev/shm") if n.startswith(("psm_", "rlscale-vllm-"))}
     eng = engine(tiny_model_dir, EngineSampling(ignore_eos=True))
