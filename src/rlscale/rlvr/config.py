@@ -40,6 +40,14 @@ class RolloutConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1)
     max_extra_draws: int = Field(
         4, ge=0, description="dynamic sampling: extra prompt batches drawn per step at most")
+    # The inference engine of the asynchronous fleets (runtime.mode async / inflight).
+    engine: Literal["native", "vllm"] = Field(
+        "native", description="native: rlscale's continuous-batching engine; vllm: vLLM")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the engine's dtype (a bf16 engine beside an fp32 trainer)")
+    slots: int = Field(64, ge=1, description="concurrent requests per inference worker")
+    recompute_cache_on_update: bool = Field(
+        True, description="in-flight update: recompute running rows' KV cache with new weights")
 
 
 class LossConfig(StrictModel):
@@ -115,6 +123,25 @@ RESUME_FREE_FIELDS = ("run_dir", "train.steps", "train.threads", "train.post_upd
                       "runtime.address", "runtime.worker_threads")
 
 
+class RuntimeConfig(StrictModel):
+    """Where the rollouts come from. `sync`: the trainer's own model samples each step's
+    batch, then trains on it (no overlap, exactly on-policy). `async`: inference workers
+    (Ray actors) generate ahead of the trainer by at most `max_staleness` versions and take
+    new weights when their slots have drained. `inflight`: the same, but workers take new
+    weights between any two decode steps, so one completion may span several versions."""
+
+    mode: Literal["sync", "async", "inflight"] = "sync"
+    inference_workers: int = Field(2, ge=1, description="Ray actors, each with an engine")
+    max_staleness: int = Field(
+        1, ge=0, description="no token trained on is more than k versions older than the weights")
+    address: str | None = Field(
+        None, description="a Ray cluster to join (host:port or ray://...); None: embedded Ray")
+    worker_threads: int = Field(1, ge=1, description="torch threads per inference worker")
+    call_budget_s: float = Field(
+        0.05, gt=0, description="decode time per worker call (how often weights/requests flow)")
+    max_worker_restarts: int = Field(10, ge=0)
+
+
 class RLVRConfig(StrictModel):
     run_dir: str = "runs/rlvr"
     model: ModelConfig
@@ -125,6 +152,7 @@ class RLVRConfig(StrictModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     tensorboard: bool = True
     progress: bool = True

@@ -9,10 +9,10 @@ the learner side.
 from __future__ import annotations
 
 import copy
+import os
 import queue
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +21,20 @@ import torch
 from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
+from ..runtime.fleet import ray_session
 from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.versions import staleness
 from . import objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
+from .fleet import FleetRollouts
 from .model import PromptFormatter, load_model, save_model
-from .rewards import score_completions
-from .rollout.sampler import Rollout, SamplingParams, decode_completions, generate
-from .tasks import Example, Task, make_task
+from .rewards import VerifierPool
+from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
+from .rollout.sampler import SamplingParams, decode_completions, generate
+from .tasks import Task, make_task
 from .trainer import PolicyTrainer, build_policy_batch
-
 
 # A step with any of these not finite is undone and counted (see runtime/health.py). The
 # trainer drops non-finite loss terms from its averages, so a NaN loss shows as a NaN
@@ -41,30 +43,12 @@ GUARDED_METRICS = ("loss/loss", "policy/grad_norm", "policy/grad_norm_max", "pol
                    "kl/mean")
 
 
-@dataclass
-class RolloutGroup:
-    """`len(examples)` prompts x G completions, with rewards: the unit the queue carries."""
-
-    examples: list[Example]            # one per prompt
-    rollout: Rollout                   # B = prompts x G rows, groups consecutive
-    texts: list[str]
-    rewards: torch.Tensor              # [B] verifier rewards
-    verifier_errors: int = 0
-    verifier_timeouts: int = 0
-    first_error: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def step_seed(seed: int, step: int, salt: str) -> int:
-    """A per-step seed: a resumed run draws the same prompts and samples as an unbroken one."""
-    return random.Random(f"{seed}:{step}:{salt}").getrandbits(63)
-
-
 class RolloutWorker:
     """The sampler side: draws prompts, generates G completions each, scores them."""
 
-    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig) -> None:
+    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool) -> None:
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.pool = pool
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template)
         r = cfg.rollout
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
@@ -82,48 +66,9 @@ class RolloutWorker:
                            pad_token_id=self.tokenizer.pad_token_id, generator=generator,
                            policy_version=policy_version)
         texts = decode_completions(self.tokenizer, rollout)
-        scored = score_completions(self.task, texts, rows, cfg.task.verifier_timeout_s)
+        scored = self.pool.score(texts, rows)
         return RolloutGroup(prompts, rollout, texts, torch.tensor(scored.rewards),
-                            scored.errors, scored.timeouts, scored.first_error)
-
-
-def concat_groups(parts: list[RolloutGroup], pad_token_id: int) -> RolloutGroup:
-    if len(parts) == 1:
-        return parts[0]
-    width = max(p.rollout.completion_ids.shape[1] for p in parts)
-
-    def pad(t: torch.Tensor, value: float) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-
-    r0 = parts[0].rollout
-    rollout = Rollout(
-        prompt_ids=[p for g in parts for p in g.rollout.prompt_ids],
-        completion_ids=torch.cat([pad(g.rollout.completion_ids, pad_token_id) for g in parts]),
-        sampler_logprobs=torch.cat([pad(g.rollout.sampler_logprobs, 0.0) for g in parts]),
-        mask=torch.cat([pad(g.rollout.mask, 0.0) for g in parts]),
-        lengths=torch.cat([g.rollout.lengths for g in parts]),
-        finish_reasons=[f for g in parts for f in g.rollout.finish_reasons],
-        policy_version=r0.policy_version)
-    return RolloutGroup(
-        examples=[e for g in parts for e in g.examples], rollout=rollout,
-        texts=[t for g in parts for t in g.texts], rewards=torch.cat([g.rewards for g in parts]),
-        verifier_errors=sum(g.verifier_errors for g in parts),
-        verifier_timeouts=sum(g.verifier_timeouts for g in parts),
-        first_error=next((g.first_error for g in parts if g.first_error), None))
-
-
-def select_groups(group: RolloutGroup, keep: torch.Tensor, size: int) -> RolloutGroup:
-    """Keep the prompts where `keep` [num_prompts] is True (their G rows each)."""
-    prompts = keep.nonzero().squeeze(-1)
-    rows = (prompts[:, None] * size + torch.arange(size)).reshape(-1)
-    r = group.rollout
-    width = max(int(r.lengths[rows].max()), 1) if len(rows) else 1
-    rollout = Rollout([r.prompt_ids[i] for i in rows.tolist()], r.completion_ids[rows, :width],
-                      r.sampler_logprobs[rows, :width], r.mask[rows, :width], r.lengths[rows],
-                      [r.finish_reasons[i] for i in rows.tolist()], r.policy_version)
-    return RolloutGroup([group.examples[i] for i in prompts.tolist()], rollout,
-                        [group.texts[i] for i in rows.tolist()], group.rewards[rows],
-                        group.verifier_errors, group.verifier_timeouts, group.first_error)
+                            scored.errors, scored.timeouts, scored.crashes, scored.first_error)
 
 
 def shaped_rewards(group: RolloutGroup, loss: dict[str, Any], cfg: RLVRConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -180,9 +125,13 @@ class RLVRRun:
             warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
             epochs=t.epochs, micro_batch_size=t.micro_batch_size,
             temperature=cfg.rollout.temperature)
-        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg)
+        # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
+        self.pool = VerifierPool.from_config(self.task, cfg.task)
+        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg, self.pool)
+        self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
         self.rollouts: queue.Queue[RolloutGroup] = queue.Queue(maxsize=1)
         self.step = 0
+        self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
@@ -264,6 +213,8 @@ class RLVRRun:
     # -- one step ------------------------------------------------------------------------
     def collect(self) -> tuple[RolloutGroup, dict[str, float]]:
         """Fill one step's batch; with dynamic sampling, only groups that carry a gradient."""
+        if self.fleet is not None:
+            return self.fleet.next_batch(self.trainer.version)
         cfg, size = self.cfg, self.cfg.rollout.group_size
         want = cfg.rollout.prompts_per_step
         kept: list[RolloutGroup] = []
@@ -305,8 +256,10 @@ class RLVRRun:
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
-                                   r.policy_version)
-        lag_stats = staleness(self.trainer.version, [r.policy_version] * len(r.lengths))
+                                   r.policy_version, r.versions(),
+                                   sampled_by_trainer=self.fleet is None)
+        self.token_lags = self.trainer.version - r.versions()[r.mask > 0]
+        lag_stats = staleness(self.trainer.version, r.versions()[r.mask > 0].tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
         metrics.update(self.trainer.step(batch, generator))
@@ -323,12 +276,15 @@ class RLVRRun:
                 (per_group.max(1).values == per_group.min(1).values).float().mean()),
             "reward/verifier_errors": group.verifier_errors,
             "reward/verifier_timeouts": group.verifier_timeouts,
+            "reward/verifier_crashes": group.verifier_crashes,
             "length/mean": float(r.lengths.float().mean()),
             "length/max": int(r.lengths.max()),
             "length/truncated_share": r.finish_reasons.count("length") / len(r.finish_reasons),
             "time/collect_s": t_collect, "time/train_s": t_train,
             "time/step_s": time.perf_counter() - t0,
-            "throughput/tokens_per_s": tokens / max(t_collect, 1e-9),
+            # generation speed: of this step's sampling, or of the fleet since the last step
+            "throughput/tokens_per_s": metrics.get("fleet/generated_tokens_per_s",
+                                                   tokens / max(t_collect, 1e-9)),
             **lag_stats, **length_stats,
         })
         if group.first_error:
@@ -346,8 +302,20 @@ class RLVRRun:
 
     def train(self) -> Path:
         try:
-            return self._train()
+            if self.cfg.runtime.mode == "sync":
+                return self._train()
+            with ray_session(self.cfg.runtime.address,
+                             num_cpus=max(os.cpu_count() or 1, self.cfg.runtime.inference_workers)):
+                self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
+                                           start_version=self.trainer.version,
+                                           dynamic_sampling=self.loss["dynamic_sampling"])
+                try:
+                    self.fleet.start(self.model.state_dict(), self.trainer.version)
+                    return self._train()
+                finally:
+                    self.fleet.close()
         finally:
+            self.pool.close()
             self.lock.release()
 
     def _train(self) -> Path:
@@ -374,6 +342,8 @@ class RLVRRun:
                 if guard.observe(self.step, bad):
                     self._undo(before)
                 metrics["health/skipped_steps"] = guard.skipped
+                if self.fleet is not None:  # the weights as they stand after the guard
+                    self.fleet.publish(self.model.state_dict(), self.trainer.version)
                 if guard.should_stop:
                     logger.log(self.step, metrics)
                     # The weights are the last good ones again: a checkpoint to resume from.
@@ -386,6 +356,8 @@ class RLVRRun:
                     warned.add(error)
                     print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
                 logger.log(self.step, metrics)
+                if len(self.token_lags):
+                    logger.log_histogram(self.step, "staleness/token_lag", self.token_lags)
                 progress.update(self.step, {
                     "reward": metrics["reward/mean"],
                     "pass@1": self.last_eval.get("eval/pass@1"),

@@ -210,6 +210,25 @@ def clipped_surrogate(
     return torch.minimum(ratio * advantages, clipped * advantages)
 
 
+def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
+                       lag: Tensor) -> dict[str, float]:
+    """The factor pi_old/mu of the full ratio, measured apart on fresh and on lagged tokens.
+
+    On tokens drawn by the very weights being trained (`lag == 0`) the gap between the
+    trainer's pi_old and the sampler's mu is the engine mismatch alone (another dtype,
+    kernels, top-p truncation); on older tokens it also holds the staleness drift. Each is
+    reported as KL(mu || pi_old) per token by the k3 estimator on mu's own samples: with
+    `d = log pi_old - log mu`, `E_mu[exp(d) - d - 1] = KL(mu || pi_old)`, never negative.
+    """
+    kl = kl_k3((old_logp - behaviour_logp).detach().float())
+    active = mask > 0
+    out: dict[str, float] = {"behaviour/stale_token_share": _share(lag > 0, active)}
+    for name, keep in (("engine_kl", active & (lag == 0)), ("stale_kl", active & (lag > 0))):
+        if bool(keep.any()):
+            out[f"behaviour/{name}"] = _float(kl[keep].mean())
+    return out
+
+
 # ----------------------------------------------------------------------------- behaviour correction
 # The sampler's log-probs mu differ from the trainer's pi_old (other kernels, precision,
 # stale weights in async runs). The weight w = pi_old / mu is detached, formed at the same

@@ -22,7 +22,12 @@ class PolicyBatch:
     mask: torch.Tensor             # [B, T]
     advantages: torch.Tensor       # [B]
     sampler_logprobs: torch.Tensor  # [B, T]
-    policy_version: int
+    policy_version: int            # the oldest version that drew any token
+    token_versions: torch.Tensor | None = None  # [B, T]; None: every token `policy_version`
+    # True when the sampler ran the trainer's own model object (the synchronous loop): then
+    # pi_old is the trainer's current forward. A separate engine (another process, dtype or
+    # device) always gets pi_old recomputed here, so pi_old/mu measures the engine mismatch.
+    sampled_by_trainer: bool = True
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -30,13 +35,21 @@ class PolicyBatch:
     def select(self, index: torch.Tensor) -> PolicyBatch:
         return PolicyBatch(self.input_ids[index], self.attention_mask[index], self.prompt_width,
                            self.completion_ids[index], self.mask[index], self.advantages[index],
-                           self.sampler_logprobs[index], self.policy_version)
+                           self.sampler_logprobs[index], self.policy_version,
+                           None if self.token_versions is None else self.token_versions[index],
+                           self.sampled_by_trainer)
+
+    def versions(self) -> torch.Tensor:
+        if self.token_versions is not None:
+            return self.token_versions
+        return torch.full(self.mask.shape, self.policy_version, dtype=torch.long)
 
 
 def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor,
                        mask: torch.Tensor, advantages: torch.Tensor,
                        sampler_logprobs: torch.Tensor, pad_token_id: int,
-                       policy_version: int) -> PolicyBatch:
+                       policy_version: int, token_versions: torch.Tensor | None = None,
+                       sampled_by_trainer: bool = True) -> PolicyBatch:
     batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     prompts = torch.full((batch, width), pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros((batch, width), dtype=torch.long)
@@ -48,7 +61,8 @@ def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor
         attention_mask=torch.cat([prompt_mask, mask.long()], 1),
         prompt_width=width, completion_ids=completion_ids, mask=mask.float(),
         advantages=advantages.float(), sampler_logprobs=sampler_logprobs.float(),
-        policy_version=policy_version)
+        policy_version=policy_version, token_versions=token_versions,
+        sampled_by_trainer=sampled_by_trainer)
 
 
 def completion_logprobs(model, batch: PolicyBatch, temperature: float = 1.0,
@@ -114,7 +128,8 @@ class PolicyTrainer:
         updates = self.epochs * self.minibatches
         # With one update per batch, pi_old is the current model: its log-probs are the
         # forward we run anyway, detached; a separate pass would recompute the same numbers.
-        single_pass = updates == 1 and batch.policy_version == self.version
+        single_pass = (updates == 1 and batch.sampled_by_trainer
+                       and batch.policy_version == self.version)
         old_logp = None if single_pass else self._forward_no_grad(self.model, batch)
         kl_coef = self.loss["kl_coef"]
         ref_logp = (self._forward_no_grad(self.reference, batch)
@@ -171,6 +186,9 @@ class PolicyTrainer:
         self.version += 1
         self._before = (logp_first if old_logp is None else old_logp, entropy_first)
         out = {(k if "/" in k else f"loss/{k}"): sums[k] / counts[k] for k in sums}
+        lag = (self.version - 1) - batch.versions()  # versions behind the weights trained
+        out.update(objectives.behaviour_mismatch(self._before[0], batch.sampler_logprobs,
+                                                 batch.mask, lag))
         ent_sum = sum(e for e, _ in entropies)
         ent_n = sum(n for _, n in entropies)
         out["policy/entropy"] = ent_sum / max(ent_n, 1.0)

@@ -30,7 +30,14 @@ class Rollout:
     mask: torch.Tensor               # [B, T] float32, 1 on completion tokens (EOS included)
     lengths: torch.Tensor            # [B] long, completion tokens incl. EOS if emitted
     finish_reasons: list[str]        # "stop" (EOS) or "length"
-    policy_version: int
+    policy_version: int              # the oldest version that drew any token
+    token_versions: torch.Tensor | None = None  # [B, T] long; None: all `policy_version`
+
+    def versions(self) -> torch.Tensor:
+        """[B, T] policy version of every token (padding included, masked by `mask`)."""
+        if self.token_versions is not None:
+            return self.token_versions
+        return torch.full(self.completion_ids.shape, self.policy_version, dtype=torch.long)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -1,0 +1,392 @@
+"""The asynchronous RLVR fleets: inference workers on Ray and the orchestrator that feeds
+the trainer.
+
+Roles (runtime.mode async / inflight):
+- `InferenceWorker` (a Ray actor): one engine (continuous batching, or vLLM), driven in
+  short calls: take new weights if given, queue new requests, decode for `call_budget_s`,
+  hand back what finished.
+- `FleetRollouts` (a thread in the trainer's process): admits prompt groups (G requests
+  each, which may land on different workers), keeps every worker busy, sends weights,
+  gathers complete groups, scores them in the verifier pool and hands the trainer P groups
+  per step.
+
+Bounded staleness. A group admitted as the j-th live group is meant for training step
+floor(j / P). It is admitted only while that step is at most `max_staleness` versions ahead
+of the newest published weights, and a request goes to a worker only if the worker's weights
+are at most k versions behind the group's step: workers wait rather than run ahead. A group
+that still arrives too late (others overtook it) is dropped and counted
+(`staleness/dropped_group_share`), so no trained token is ever more than k versions older
+than the weights being trained. In `async` mode a worker takes new weights only when its
+slots have drained; in `inflight` mode between any two decode steps.
+
+Faults. A worker that dies is restarted and its unfinished requests are re-issued; a
+completion is recorded once per request, so no group is lost or trained on twice
+(`FleetAccounting`).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..runtime.fleet import ActorDied, ActorFleet, FleetError, WeightPublisher, import_ray
+from .config import RLVRConfig
+from .model import PromptFormatter
+from .rewards import VerifierPool
+from .rollout.groups import RolloutGroup, concat_groups, rollout_from_completions, step_seed
+from .rollout.sampler import decode_completions
+from .rollout.types import Completion, EngineSampling, GenerationRequest
+from .tasks import Example, Task
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to build its engine (picklable, sent to the actor)."""
+
+    model_path: str
+    dtype: str
+    engine: str
+    sampling: EngineSampling
+    slots: int
+    threads: int
+    recompute_cache_on_update: bool
+    seed: int
+
+
+@dataclass
+class WorkerReport:
+    completions: list[Completion]
+    running: int            # requests in slots
+    waiting: int            # requests queued in the engine
+    busy_s: float           # time spent decoding in this call
+    row_steps: int          # decode steps x rows holding a request
+    slot_steps: int         # decode steps x slots
+
+
+def build_engine(spec: WorkerSpec):
+    if spec.engine == "vllm":
+        from .rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(spec.model_path, spec.sampling, max_slots=spec.slots, seed=spec.seed,
+                          version=-1, dtype=spec.dtype)
+    from .model import load_model
+    from .rollout.engine import ContinuousBatchingEngine
+
+    model, tokenizer = load_model(spec.model_path, spec.dtype)
+    return ContinuousBatchingEngine(
+        model, spec.sampling, slots=spec.slots, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, seed=spec.seed, version=-1,
+        recompute_cache_on_update=spec.recompute_cache_on_update)
+
+
+class InferenceWorker:
+    """The body of an inference actor (wrapped with `ray.remote` by the orchestrator)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        torch.set_num_threads(spec.threads)
+        self.engine = build_engine(spec)
+        self.slots = spec.slots
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def advance(self, requests: list[GenerationRequest], weights, version: int,
+                budget_s: float) -> WorkerReport:
+        if weights is not None:  # Ray resolved the published object for us: the pull
+            self.engine.load_weights(weights, version)
+        for request in requests:
+            self.engine.add_request(request)
+        done: list[Completion] = []
+        start = time.perf_counter()
+        before = self._utilisation()
+        while self.engine.has_unfinished() and time.perf_counter() - start < budget_s:
+            done += self.engine.step()
+        after = self._utilisation()
+        running = getattr(self.engine, "num_running", 0)
+        return WorkerReport(done, running, self._waiting(), time.perf_counter() - start,
+                            after[0] - before[0], after[1] - before[1])
+
+    def _waiting(self) -> int:
+        return len(getattr(self.engine, "waiting", ()))
+
+    def _utilisation(self) -> tuple[int, int]:
+        stats = getattr(self.engine, "stats", None)
+        return (stats.active_row_steps, stats.slot_steps) if stats else (0, 0)
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close:
+            close()
+
+
+@dataclass
+class FleetAccounting:
+    """Where every admitted prompt group went: trained once, dropped (counted) or in flight."""
+
+    admitted: int = 0
+    trained: int = 0
+    dropped_stale: int = 0
+    dropped_uniform: int = 0          # dynamic sampling: all G rewards equal
+    reissued_requests: int = 0
+    worker_restarts: int = 0
+    trained_group_ids: list[int] = field(default_factory=list)
+
+    def in_flight(self) -> int:
+        return self.admitted - self.trained - self.dropped_stale - self.dropped_uniform
+
+
+@dataclass
+class _Group:
+    group_id: int
+    example: Example
+    target_step: int
+    completions: dict[int, Completion] = field(default_factory=dict)
+
+
+@dataclass
+class _Ready:
+    group_id: int
+    oldest_version: int
+    group: RolloutGroup
+
+
+@dataclass
+class _WorkerState:
+    version: int = -1
+    outstanding: int = 0      # requests queued or running on the worker
+
+
+class FleetRollouts:
+    """The orchestrator: runs in a thread beside the trainer; `next_batch` blocks until P
+    complete, scored, fresh-enough groups are ready."""
+
+    def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
+                 start_version: int, dynamic_sampling: bool) -> None:
+        self.cfg, self.task, self.tokenizer, self.pool = cfg, task, tokenizer, pool
+        self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
+        self.size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
+        self.dynamic_sampling = dynamic_sampling
+        self.format = PromptFormatter(tokenizer, cfg.model.chat_template)
+        self.accounting = FleetAccounting()
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._publisher = WeightPublisher()
+        self._groups: dict[int, _Group] = {}
+        self._pending: collections.deque[GenerationRequest] = collections.deque()
+        self._ready: list[_Ready] = []
+        # Groups admitted and not dropped; the trainer has consumed start_version * P of them.
+        self._live = start_version * self.per_step
+        self._next_group = start_version * self.per_step
+        self._busy_s = 0.0
+        self._row_steps = self._slot_steps = self._tokens = 0
+        self._window_start = time.perf_counter()
+        self._fleet: ActorFleet | None = None
+        self._workers: list[_WorkerState] = []
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, state_dict, version: int) -> None:
+        ray = import_ray()
+        r, rt = self.cfg.rollout, self.cfg.runtime
+        actor = ray.remote(num_cpus=1)(InferenceWorker)
+
+        def make(index: int):
+            restarts = self.accounting.worker_restarts
+            spec = WorkerSpec(
+                self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
+                r.slots, rt.worker_threads, r.recompute_cache_on_update,
+                step_seed(self.cfg.train.seed, index, f"worker:{restarts}"))
+            return actor.remote(spec)
+
+        self.publish(state_dict, version)
+        self._fleet = ActorFleet(make, rt.inference_workers, max_restarts=rt.max_worker_restarts)
+        self._workers = [_WorkerState() for _ in range(rt.inference_workers)]
+        self._fleet.call_all("pid", timeout=300)  # every engine built: fail here, not later
+        self._thread = threading.Thread(target=self._run, name="rlscale-orchestrator",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        if self._fleet is not None:
+            self._fleet.shutdown("close")
+
+    def worker_pids(self) -> list[int]:
+        return self._fleet.call_all("pid") if self._fleet else []
+
+    # -- the trainer's side --------------------------------------------------------------
+    def publish(self, state_dict, version: int) -> None:
+        self._publisher.publish(state_dict, version)
+        with self._cv:
+            self._cv.notify_all()
+
+    def next_batch(self, trainer_version: int) -> tuple[RolloutGroup, dict[str, float]]:
+        """P groups for the step that trains weights `trainer_version`: the oldest first,
+        every token at most k versions behind."""
+        t0 = time.perf_counter()
+        with self._cv:
+            while True:
+                if self._error is not None:
+                    raise FleetError(f"the rollout fleet stopped: {self._error}") from self._error
+                fresh = [g for g in self._ready if g.oldest_version >= trainer_version - self.k]
+                dropped = len(self._ready) - len(fresh)
+                self.accounting.dropped_stale += dropped
+                self._live -= dropped
+                self._ready = fresh
+                if len(self._ready) >= self.per_step:
+                    break
+                self._cv.wait(timeout=0.5)
+            self._ready.sort(key=lambda g: g.group_id)
+            taken, self._ready = self._ready[:self.per_step], self._ready[self.per_step:]
+            self.accounting.trained += len(taken)
+            self.accounting.trained_group_ids += [g.group_id for g in taken]
+            window = time.perf_counter() - self._window_start
+            workers = max(len(self._workers), 1)
+            stats = {
+                "fleet/trainer_wait_s": time.perf_counter() - t0,
+                "fleet/inference_busy_share": self._busy_s / max(window * workers, 1e-9),
+                "fleet/slot_utilisation": self._row_steps / max(self._slot_steps, 1),
+                "fleet/generated_tokens_per_s": self._tokens / max(window, 1e-9),
+                "fleet/groups_admitted": self.accounting.admitted,
+                "fleet/reissued_requests": self.accounting.reissued_requests,
+                "fleet/worker_restarts": self.accounting.worker_restarts,
+                "staleness/dropped_group_share": self.accounting.dropped_stale / max(
+                    self.accounting.trained + self.accounting.dropped_stale, 1),
+                "sampling/dropped_group_share": self.accounting.dropped_uniform / max(
+                    self.accounting.admitted, 1),
+            }
+            self._busy_s, self._row_steps, self._slot_steps, self._tokens = 0.0, 0, 0, 0
+            self._window_start = time.perf_counter()
+            self._cv.notify_all()
+        return concat_groups([g.group for g in taken], self.tokenizer.pad_token_id), stats
+
+    # -- the orchestrator thread ---------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._admit()
+                submitted = [self._dispatch(i) for i in self._fleet.idle()]
+                results = self._fleet.wait(timeout=0.05)
+                for index, result in results:
+                    if isinstance(result, ActorDied):
+                        self._on_death(result)
+                    else:
+                        self._on_report(index, result)
+                if not results and not any(submitted) and not self._fleet_busy():
+                    with self._cv:  # nothing to do until the trainer publishes or consumes
+                        self._cv.wait(timeout=0.05)
+        except BaseException as exc:  # surfaced to the trainer by next_batch
+            with self._cv:
+                self._error = exc
+                self._cv.notify_all()
+
+    def _fleet_busy(self) -> bool:
+        return len(self._fleet.idle()) < len(self._fleet)
+
+    def _admit(self) -> None:
+        """Admit groups while their training step is within k of the newest weights."""
+        newest = self._publisher.version
+        while True:
+            with self._cv:
+                target = self._live // self.per_step
+                if target >= self.cfg.train.steps or target - newest > self.k:
+                    return
+                group_id = self._next_group
+                self._next_group += 1
+                self._live += 1
+                self.accounting.admitted += 1
+            rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
+            example = self.task.sample("train", rng)
+            ids = tuple(self.tokenizer(self.format(example.prompt),
+                                       add_special_tokens=False)["input_ids"])
+            self._groups[group_id] = _Group(group_id, example, target)
+            for r in range(self.size):
+                self._pending.append(GenerationRequest(group_id * self.size + r, ids,
+                                                       self.cfg.rollout.max_new_tokens))
+
+    def _dispatch(self, index: int) -> bool:
+        """One call to an idle worker: newer weights when it may take them, and requests up
+        to twice its slots (a backlog, so a freed slot is refilled inside the call)."""
+        worker = self._workers[index]
+        newest, ref = self._publisher.version, self._publisher.ref
+        weights = None
+        if newest > worker.version and (self.mode == "inflight" or worker.outstanding == 0):
+            weights, worker.version = ref, newest
+        requests: list[GenerationRequest] = []
+        room = 2 * self.cfg.rollout.slots - worker.outstanding
+        while room > 0 and self._pending:
+            group = self._groups[self._pending[0].request_id // self.size]
+            if group.target_step - worker.version > self.k:
+                break  # too stale for this worker's weights: it drains, then updates
+            requests.append(self._pending.popleft())
+            room -= 1
+        if weights is None and not requests and worker.outstanding == 0:
+            return False
+        worker.outstanding += len(requests)
+        self._fleet.submit(index, "advance", requests, weights, worker.version,
+                           self.cfg.runtime.call_budget_s,
+                           items={r.request_id for r in requests})
+        return True
+
+    def _on_report(self, index: int, report: WorkerReport) -> None:
+        worker = self._workers[index]
+        worker.outstanding = report.running + report.waiting
+        self._fleet.done(index, {c.request_id for c in report.completions})
+        with self._cv:
+            self._busy_s += report.busy_s
+            self._row_steps += report.row_steps
+            self._slot_steps += report.slot_steps
+            self._tokens += sum(len(c) for c in report.completions)
+        for completion in report.completions:
+            group_id, row = divmod(completion.request_id, self.size)
+            group = self._groups.get(group_id)
+            if group is None or row in group.completions:
+                continue  # a late copy of a re-issued request: recorded once only
+            group.completions[row] = completion
+            if len(group.completions) == self.size:
+                self._finish(self._groups.pop(group_id))
+
+    def _on_death(self, died: ActorDied) -> None:
+        self._workers[died.index] = _WorkerState()
+        lost = [r for r in sorted(died.items)
+                if r // self.size in self._groups
+                and r % self.size not in self._groups[r // self.size].completions]
+        for request_id in reversed(lost):  # to the front: they are the oldest work
+            group = self._groups[request_id // self.size]
+            ids = tuple(self.tokenizer(self.format(group.example.prompt),
+                                       add_special_tokens=False)["input_ids"])
+            self._pending.appendleft(GenerationRequest(request_id, ids,
+                                                       self.cfg.rollout.max_new_tokens))
+        with self._cv:
+            self.accounting.reissued_requests += len(lost)
+            self.accounting.worker_restarts += 1
+        print(f"warning: inference worker {died.index} died ({died.reason}); restarted, "
+              f"{len(lost)} requests re-issued")
+
+    def _finish(self, group: _Group) -> None:
+        """Score a complete group and queue it for the trainer (or drop it, counted)."""
+        completions = [group.completions[r] for r in range(self.size)]
+        rollout = rollout_from_completions(completions, self.tokenizer.pad_token_id)
+        texts = decode_completions(self.tokenizer, rollout)
+        scored = self.pool.score(texts, [group.example] * self.size)
+        rewards = torch.tensor(scored.rewards)
+        uniform = bool(rewards.max() == rewards.min())
+        with self._cv:
+            if self.dynamic_sampling and uniform:
+                self.accounting.dropped_uniform += 1
+                self._live -= 1
+                return
+            self._ready.append(_Ready(group.group_id, int(rollout.versions()[rollout.mask > 0]
+                                                          .min()), RolloutGroup(
+                [group.example], rollout, texts, rewards, scored.errors, scored.timeouts,
+                scored.crashes, scored.first_error)))
+            self._cv.notify_all()

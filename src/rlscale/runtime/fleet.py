@@ -1,0 +1,173 @@
+"""Actor fleets on Ray: an embedded local cluster by default, a real one by address.
+
+Knows nothing of language models or games. A fleet is N actors of one class, each with at
+most one call in flight; it restarts an actor that dies and hands back the work items the
+dead actor held, so the caller can re-issue them (nothing lost, nothing done twice). Weights
+flow through a `WeightPublisher`: one `ray.put` per version, actors pull the newest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FleetError(RuntimeError):
+    """The fleet cannot go on (Ray missing, a cluster unreachable, restarts exhausted)."""
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise FleetError("runtime.mode async/inflight needs Ray: pip install 'rlscale[ray]'") from None
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
+    """`ray.init()` for the duration of the block and `ray.shutdown()` after it, whatever
+    happens. No address: an embedded local cluster whose files live in a temporary folder
+    removed at the end (Ray's own default is a folder in /tmp that outlives the run);
+    an address (`ray://...` or `host:port`): join that cluster."""
+    ray = import_ray()
+    if ray.is_initialized():  # a caller (a test, a notebook) already owns a session
+        yield ray
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Ray starts its workers at niceness 15: beside a trainer at 0 on the same cores they
+    # would starve. Here they are the other half of the work, not background jobs.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    # A short path: Ray's socket paths must stay under the 107-byte Unix limit.
+    temp_dir = None if address else tempfile.mkdtemp(prefix="rlray-", dir="/tmp")
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=True,
+                                  configure_logging=False)
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+    except Exception as exc:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        where = f"the Ray cluster at {address}" if address else "an embedded Ray cluster"
+        raise FleetError(f"could not start {where}: {str(exc).splitlines()[0]}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class WeightPublisher:
+    """The newest weights as one Ray object per version (older ones are freed by Ray once
+    no actor holds them)."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.ref = None
+
+    def publish(self, state_dict: dict[str, Any], version: int) -> None:
+        ray = import_ray()
+        # Plain CPU tensors: a GPU trainer's weights reach CPU or GPU workers alike.
+        cpu = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+        self.ref, self.version = ray.put(cpu), version
+
+
+@dataclass
+class ActorDied:
+    """The outcome of a call whose actor died: its work items go back to the caller."""
+
+    index: int
+    items: set[int]
+    reason: str
+
+
+@dataclass
+class _Member:
+    handle: Any
+    call: Any = None                      # the ObjectRef of the call in flight, if any
+    items: set[int] = field(default_factory=set)
+    restarts: int = 0
+
+
+class ActorFleet:
+    """`size` actors made by `make(index)`; one call in flight per actor at most."""
+
+    def __init__(self, make: Callable[[int], Any], size: int, *, max_restarts: int = 10) -> None:
+        self.make, self.max_restarts = make, max_restarts
+        self.members = [_Member(make(i)) for i in range(size)]
+        self.restarts = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def idle(self) -> list[int]:
+        return [i for i, m in enumerate(self.members) if m.call is None]
+
+    def submit(self, index: int, method: str, *args: Any, items: set[int] = frozenset()) -> None:
+        member = self.members[index]
+        if member.call is not None:
+            raise RuntimeError(f"actor {index} already has a call in flight")
+        member.items |= set(items)
+        member.call = getattr(member.handle, method).remote(*args)
+
+    def done(self, index: int, items: set[int]) -> None:
+        """Work items the actor has handed back (finished): no longer its responsibility."""
+        self.members[index].items -= set(items)
+
+    def wait(self, timeout: float) -> list[tuple[int, Any]]:
+        """Results of the calls that finished within `timeout`: (index, value) pairs, the
+        value an `ActorDied` (the actor restarted, its items returned) when it died."""
+        ray = import_ray()
+        calls = {m.call: i for i, m in enumerate(self.members) if m.call is not None}
+        if not calls:
+            return []
+        ready, _ = ray.wait(list(calls), num_returns=1, timeout=timeout)
+        ready += ray.wait([c for c in calls if c not in ready], num_returns=len(calls) - len(ready),
+                          timeout=0)[0] if len(calls) > len(ready) else []
+        out = []
+        for ref in ready:
+            index = calls[ref]
+            self.members[index].call = None
+            try:
+                out.append((index, ray.get(ref)))
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                    ray.exceptions.ObjectLostError) as exc:
+                out.append((index, self._restart(index, exc)))
+        return out
+
+    def _restart(self, index: int, exc: BaseException) -> ActorDied:
+        member = self.members[index]
+        if member.restarts >= self.max_restarts:
+            raise FleetError(f"actor {index} died {member.restarts + 1} times; last: "
+                             f"{str(exc).splitlines()[0]}") from None
+        lost = set(member.items)
+        with contextlib.suppress(Exception):
+            import_ray().kill(member.handle)
+        self.members[index] = _Member(self.make(index), restarts=member.restarts + 1)
+        self.restarts += 1
+        return ActorDied(index, lost, type(exc).__name__)
+
+    def call_all(self, method: str, *args: Any, timeout: float = 60.0) -> list[Any]:
+        """Call `method` on every actor with no call in flight and wait (setup, queries)."""
+        ray = import_ray()
+        refs = [getattr(m.handle, method).remote(*args) for m in self.members]
+        return ray.get(refs, timeout=timeout)
+
+    def shutdown(self, method: str | None = None) -> None:
+        """Let each actor clean up (`method`, best effort), then kill it."""
+        ray = import_ray()
+        if method:
+            with contextlib.suppress(Exception):
+                ray.get([getattr(m.handle, method).remote() for m in self.members], timeout=10)
+        for m in self.members:
+            with contextlib.suppress(Exception):
+                ray.kill(m.handle)
+        self.members = []
