@@ -129,7 +129,7 @@ def main() -> None:
           f"median of {args.repeats} interleaved repeats")
     runners = {"engine (continuous)": run_engine, "static sampler": run_static_sampler,
                "HF generate": run_hf_generate}
-    print(f"\n| model | runner | tokens/s | slot utilisation | vs HF generate |")
+    print("\n| model | runner | tokens/s | slot utilisation | vs HF generate |")
     print("| --- | --- | ---: | ---: | ---: |")
     for size in args.models.split(","):
         model = build_model(size)

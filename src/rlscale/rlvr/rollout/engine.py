@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .sampler import sample_next
+from .sampler import cached_forward, sample_next
 from .types import Completion, EngineSampling, GenerationRequest
 
 
@@ -118,15 +118,15 @@ class ContinuousBatchingEngine:
         pending = torch.tensor([[r.tokens[-1] if r is not None else self.pad_token_id]
                                 for r in self.rows], device=self.device)
         self.attention = F.pad(self.attention, (0, 1), value=1)
-        out = self.model(input_ids=pending, attention_mask=self.attention,
-                         position_ids=self.positions[:, None], cache=self.cache, use_cache=True)
-        self.cache = out.cache
+        logits, self.cache = cached_forward(self.model, self.cache, input_ids=pending,
+                                            attention_mask=self.attention,
+                                            position_ids=self.positions[:, None])
         self.positions = self.positions + 1
         live = self.num_running
         self.stats.decode_steps += 1
         self.stats.active_row_steps += live
         self.stats.slot_steps += self.slots
-        finished += self._append(range(len(self.rows)), out.logits[:, -1, :])
+        finished += self._append(range(len(self.rows)), logits[:, -1, :])
         return finished
 
     def run(self) -> list[Completion]:
@@ -192,9 +192,9 @@ class ContinuousBatchingEngine:
             attention[i, width - len(seq):] = 1
         ids, attention = ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                         use_cache=True)
-        return out.cache, attention, out.logits[:, -1, :]
+        logits, cache = cached_forward(self.model, None, input_ids=ids, attention_mask=attention,
+                                       position_ids=positions)
+        return cache, attention, logits[:, -1, :]
 
     def _splice(self, slots: list[int], new_cache: DynamicCache, new_attention: torch.Tensor):
         """Write prefilled rows into `slots` of the running batch (growing it as needed)."""

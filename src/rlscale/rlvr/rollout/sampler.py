@@ -9,8 +9,11 @@ from, after temperature and top-p truncation, so that pi_old/mu shows the trunca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import transformers
+from packaging.version import Version
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,18 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+# transformers 5.20 renamed the KV-cache argument and output `past_key_values` -> `cache`;
+# vLLM 0.32 pins transformers < 5.20, so both spellings are in use.
+_CACHE_NAME = ("cache" if Version(transformers.__version__) >= Version("5.20")
+               else "past_key_values")
+
+
+def cached_forward(model, cache, **inputs) -> tuple[torch.Tensor, Any]:
+    """(logits, updated cache) of one forward that extends `cache` (None: a new one)."""
+    out = model(**inputs, **{_CACHE_NAME: cache}, use_cache=True)
+    return out.logits, out[_CACHE_NAME]
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row of `[B, V]` logits; return the tokens and their log-probs under
@@ -84,10 +99,9 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     finished = torch.zeros(batch, dtype=torch.bool)
     lengths = torch.zeros(batch, dtype=torch.long)
 
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                use_cache=True)
-    cache = out.cache
-    next_logits = out.logits[:, -1, :].float()
+    logits, cache = cached_forward(model, None, input_ids=input_ids, attention_mask=attention,
+                                   position_ids=positions)
+    next_logits = logits[:, -1, :].float()
     step = 0
     for step in range(params.max_new_tokens):
         chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
@@ -101,10 +115,9 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
             break
         attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=device)], 1)
         positions = positions[:, -1:] + 1
-        out = model(input_ids=chosen[:, None].to(device), attention_mask=attention,
-                    position_ids=positions, cache=cache, use_cache=True)
-        cache = out.cache
-        next_logits = out.logits[:, -1, :].float()
+        logits, cache = cached_forward(model, cache, input_ids=chosen[:, None].to(device),
+                                       attention_mask=attention, position_ids=positions)
+        next_logits = logits[:, -1, :].float()
 
     width_out = max(int(lengths.max()), 1)
     tokens, logprobs = tokens[:, :width_out], logprobs[:, :width_out]
