@@ -219,10 +219,13 @@ def test_sft_config_needs_exactly_one_start(tmp_path):
                                          / "src/rlscale/configs").rglob("*.yaml")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_config_loads(path):
+    from rlscale.runtime.simulator import FleetConfig
     from rlscale.zero.config import ZeroConfig
 
     if path.parent.name == "zero":
         schema = ZeroConfig
+    elif path.parent.name == "fleet":
+        schema = FleetConfig
     else:
         schema = SFTConfig if "sft" in path.name else RLVRConfig
     assert load_config(schema, path, []) is not None
