@@ -62,8 +62,7 @@ class WorkerSpec:
 @dataclass
 class WorkerReport:
     completions: list[Completion]
-    running: int            # requests in slots
-    waiting: int            # requests queued in the engine
+    outstanding: int        # requests queued or running in the engine after this call
     busy_s: float           # time spent decoding in this call
     row_steps: int          # decode steps x rows holding a request
     slot_steps: int         # decode steps x slots
@@ -91,7 +90,7 @@ class InferenceWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         torch.set_num_threads(spec.threads)
         self.engine = build_engine(spec)
-        self.slots = spec.slots
+        self.outstanding = 0  # counted here, so any engine behind the protocol will do
 
     def pid(self) -> int:
         return os.getpid()
@@ -102,18 +101,16 @@ class InferenceWorker:
             self.engine.load_weights(weights, version)
         for request in requests:
             self.engine.add_request(request)
+        self.outstanding += len(requests)
         done: list[Completion] = []
         start = time.perf_counter()
         before = self._utilisation()
         while self.engine.has_unfinished() and time.perf_counter() - start < budget_s:
             done += self.engine.step()
         after = self._utilisation()
-        running = getattr(self.engine, "num_running", 0)
-        return WorkerReport(done, running, self._waiting(), time.perf_counter() - start,
+        self.outstanding -= len(done)
+        return WorkerReport(done, self.outstanding, time.perf_counter() - start,
                             after[0] - before[0], after[1] - before[1])
-
-    def _waiting(self) -> int:
-        return len(getattr(self.engine, "waiting", ()))
 
     def _utilisation(self) -> tuple[int, int]:
         stats = getattr(self.engine, "stats", None)
@@ -202,7 +199,7 @@ class FleetRollouts:
             spec = WorkerSpec(
                 self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
                 r.slots, rt.worker_threads, r.recompute_cache_on_update,
-                step_seed(self.cfg.train.seed, index, f"worker:{restarts}"))
+                step_seed(self.cfg.train.seed, index, f"worker:{restarts}") % 2**31)
             return actor.remote(spec)
 
         self.publish(state_dict, version)
@@ -339,7 +336,7 @@ class FleetRollouts:
 
     def _on_report(self, index: int, report: WorkerReport) -> None:
         worker = self._workers[index]
-        worker.outstanding = report.running + report.waiting
+        worker.outstanding = report.outstanding
         self._fleet.done(index, {c.request_id for c in report.completions})
         with self._cv:
             self._busy_s += report.busy_s
