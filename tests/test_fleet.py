@@ -117,7 +117,57 @@ def test_async_k0_is_on_policy_and_two_factors_are_logged(tmp_path, tiny_model_d
     assert len(rows) == 3
     for row in rows:
         assert row["staleness/lag_max"] == 0
-        assert row["policy/old_logp_forward_skipped"] == 0.0  # pi_old recomputed
+        # pi_old: the trainer's own fp32 forward (one update per batch: the training one)
+        assert row["policy/old_logp_forward_skipped"] == 1.0
         assert row["behaviour/engine_kl"] > 0
         assert "behaviour/stale_kl" not in row
         assert row["behaviour/stale_token_share"] == 0.0
+
+
+def test_killed_trainer_resumes_and_counts_what_was_in_flight(tmp_path, tiny_model_dir):
+    """SIGKILL the whole training process mid-run: Ray's processes go with it, and
+    `--resume` continues from the last checkpoint, every step logged exactly once."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    steps = 8
+    cfg = config(tmp_path, tiny_model_dir, "inflight", k=1,
+                 **{"train.steps": steps, "checkpoint.every": 2})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    cmd = [sys.executable, "-m", "rlscale.cli", "rlvr", "train", str(path)]
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and first.poll() is None:
+            done = (run_dir / "metrics.jsonl").read_text().count("\n") if (
+                run_dir / "metrics.jsonl").exists() else 0
+            if done >= 3:  # past the checkpoint of step 2, mid-way to the next
+                break
+            time.sleep(0.05)
+        assert first.poll() is None, "the run ended before it could be killed"
+        family = descendants(first.pid) | {first.pid}
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # Ray's processes share the killed driver's fate, asynchronously: its agents notice the
+    # dead raylet by polling and give up flushing their logs to a dead GCS (~1 minute).
+    deadline = time.time() + 150
+    while time.time() < deadline and any(alive(pid) for pid in family):
+        time.sleep(1.0)
+    left = [pid for pid in family if alive(pid)]
+    assert not left, f"processes outlived the killed trainer: {left}"
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    after = [r for r in rows if r["fleet/discarded_on_resume"] > 0]
+    assert after and after[0]["step"] <= 5  # counted from the first resumed step on
+    assert all(r["staleness/lag_max"] <= 1 for r in rows)

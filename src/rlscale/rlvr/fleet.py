@@ -88,6 +88,9 @@ class InferenceWorker:
     """The body of an inference actor (wrapped with `ray.remote` by the orchestrator)."""
 
     def __init__(self, spec: WorkerSpec) -> None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the driver's progress is the output
         torch.set_num_threads(spec.threads)
         self.engine = build_engine(spec)
         self.outstanding = 0  # counted here, so any engine behind the protocol will do
@@ -142,6 +145,7 @@ class FleetAccounting:
 class _Group:
     group_id: int
     example: Example
+    prompt_ids: tuple[int, ...]
     target_step: int
     completions: dict[int, Completion] = field(default_factory=dict)
 
@@ -164,7 +168,8 @@ class FleetRollouts:
     complete, scored, fresh-enough groups are ready."""
 
     def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
-                 start_version: int, dynamic_sampling: bool) -> None:
+                 start_version: int, dynamic_sampling: bool,
+                 resumed: dict[str, int] | None = None) -> None:
         self.cfg, self.task, self.tokenizer, self.pool = cfg, task, tokenizer, pool
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
         self.size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
@@ -180,7 +185,8 @@ class FleetRollouts:
         self._ready: list[_Ready] = []
         # Groups admitted and not dropped; the trainer has consumed start_version * P of them.
         self._live = start_version * self.per_step
-        self._next_group = start_version * self.per_step
+        self._next_group = resumed["next_group"] if resumed else start_version * self.per_step
+        self.discarded_on_resume = resumed["discarded"] if resumed else 0
         self._busy_s = 0.0
         self._row_steps = self._slot_steps = self._tokens = 0
         self._window_start = time.perf_counter()
@@ -216,6 +222,11 @@ class FleetRollouts:
             self._thread.join(timeout=60)
         if self._fleet is not None:
             self._fleet.shutdown("close")
+
+    def checkpoint_state(self) -> dict[str, int]:
+        """What a resumed run needs: where group ids go on, how many were in flight."""
+        with self._cv:
+            return {"next_group": self._next_group, "in_flight": self.accounting.in_flight()}
 
     def worker_pids(self) -> list[int]:
         return self._fleet.call_all("pid") if self._fleet else []
@@ -253,7 +264,8 @@ class FleetRollouts:
                 "fleet/inference_busy_share": self._busy_s / max(window * workers, 1e-9),
                 "fleet/slot_utilisation": self._row_steps / max(self._slot_steps, 1),
                 "fleet/generated_tokens_per_s": self._tokens / max(window, 1e-9),
-                "fleet/groups_admitted": self.accounting.admitted,
+                "fleet/groups_admitted": self._next_group,  # over the whole run
+                "fleet/discarded_on_resume": self.discarded_on_resume,
                 "fleet/reissued_requests": self.accounting.reissued_requests,
                 "fleet/worker_restarts": self.accounting.worker_restarts,
                 "staleness/dropped_group_share": self.accounting.dropped_stale / max(
@@ -305,10 +317,9 @@ class FleetRollouts:
             example = self.task.sample("train", rng)
             ids = tuple(self.tokenizer(self.format(example.prompt),
                                        add_special_tokens=False)["input_ids"])
-            self._groups[group_id] = _Group(group_id, example, target)
+            self._groups[group_id] = _Group(group_id, example, ids, target)
             for r in range(self.size):
-                self._pending.append(GenerationRequest(group_id * self.size + r, ids,
-                                                       self.cfg.rollout.max_new_tokens))
+                self._pending.append(self._request(group_id * self.size + r))
 
     def _dispatch(self, index: int) -> bool:
         """One call to an idle worker: newer weights when it may take them, and requests up
@@ -334,6 +345,11 @@ class FleetRollouts:
                            items={r.request_id for r in requests})
         return True
 
+    def _request(self, request_id: int) -> GenerationRequest:
+        """Request `request_id`: row `request_id % G` of group `request_id // G`."""
+        group = self._groups[request_id // self.size]
+        return GenerationRequest(request_id, group.prompt_ids, self.cfg.rollout.max_new_tokens)
+
     def _on_report(self, index: int, report: WorkerReport) -> None:
         worker = self._workers[index]
         worker.outstanding = report.outstanding
@@ -358,11 +374,7 @@ class FleetRollouts:
                 if r // self.size in self._groups
                 and r % self.size not in self._groups[r // self.size].completions]
         for request_id in reversed(lost):  # to the front: they are the oldest work
-            group = self._groups[request_id // self.size]
-            ids = tuple(self.tokenizer(self.format(group.example.prompt),
-                                       add_special_tokens=False)["input_ids"])
-            self._pending.appendleft(GenerationRequest(request_id, ids,
-                                                       self.cfg.rollout.max_new_tokens))
+            self._pending.appendleft(self._request(request_id))
         with self._cv:
             self.accounting.reissued_requests += len(lost)
             self.accounting.worker_restarts += 1

@@ -23,7 +23,7 @@ from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
 from ..runtime.fleet import ray_session
 from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
-from ..runtime.metrics import MetricsLogger, StepProgress
+from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
 from ..runtime.versions import staleness
 from . import objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
@@ -133,6 +133,7 @@ class RLVRRun:
         self.step = 0
         self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
+        self.fleet_state: dict[str, int] | None = None  # the fleet's, from a checkpoint
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
         resolved = cfg.model_copy(update={"loss": LossConfig(**self.loss)})
@@ -148,6 +149,13 @@ class RLVRRun:
         if found is None:
             return  # nothing saved yet: --resume on a fresh directory starts from step 0
         self.start_step = self.step
+        if self.fleet_state is not None:
+            # What the killed run had in flight after its checkpoint is gone: count it (at
+            # least: admissions after its last logged step are unknown) and never reuse ids.
+            admitted = max([r.get("fleet/groups_admitted", 0) for r in
+                            read_metrics(self.run_dir)] + [self.fleet_state["next_group"]])
+            self.fleet_state = {"next_group": admitted, "discarded": (
+                self.fleet_state["in_flight"] + admitted - self.fleet_state["next_group"])}
 
     def _load_checkpoint(self, path: Path) -> None:
         model, _ = load_model(path, self.cfg.model.dtype)
@@ -159,6 +167,7 @@ class RLVRRun:
         self.trainer.version = state["version"]
         self.step = state["step"]
         self.last_eval = state.get("last_eval", {})
+        self.fleet_state = state.get("fleet")
         ckpt.set_rng_state(state["rng"])
 
     def _config_lr_wins(self) -> None:
@@ -205,7 +214,8 @@ class RLVRRun:
             torch.save({"optimizer": self.trainer.optimizer.state_dict(),
                         "scheduler": self.trainer.scheduler.state_dict(),
                         "version": self.trainer.version, "step": self.step,
-                        "last_eval": self.last_eval, "rng": ckpt.rng_state()},
+                        "last_eval": self.last_eval, "rng": ckpt.rng_state(),
+                        "fleet": None if self.fleet is None else self.fleet.checkpoint_state()},
                        tmp / "trainer_state.pt")
         ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path
@@ -256,8 +266,7 @@ class RLVRRun:
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
-                                   r.policy_version, r.versions(),
-                                   sampled_by_trainer=self.fleet is None)
+                                   r.policy_version, r.versions())
         self.token_lags = self.trainer.version - r.versions()[r.mask > 0]
         lag_stats = staleness(self.trainer.version, r.versions()[r.mask > 0].tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
@@ -308,6 +317,7 @@ class RLVRRun:
                              num_cpus=max(os.cpu_count() or 1, self.cfg.runtime.inference_workers)):
                 self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                            start_version=self.trainer.version,
+                                           resumed=self.fleet_state,
                                            dynamic_sampling=self.loss["dynamic_sampling"])
                 try:
                     self.fleet.start(self.model.state_dict(), self.trainer.version)

@@ -24,10 +24,6 @@ class PolicyBatch:
     sampler_logprobs: torch.Tensor  # [B, T]
     policy_version: int            # the oldest version that drew any token
     token_versions: torch.Tensor | None = None  # [B, T]; None: every token `policy_version`
-    # True when the sampler ran the trainer's own model object (the synchronous loop): then
-    # pi_old is the trainer's current forward. A separate engine (another process, dtype or
-    # device) always gets pi_old recomputed here, so pi_old/mu measures the engine mismatch.
-    sampled_by_trainer: bool = True
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -36,8 +32,7 @@ class PolicyBatch:
         return PolicyBatch(self.input_ids[index], self.attention_mask[index], self.prompt_width,
                            self.completion_ids[index], self.mask[index], self.advantages[index],
                            self.sampler_logprobs[index], self.policy_version,
-                           None if self.token_versions is None else self.token_versions[index],
-                           self.sampled_by_trainer)
+                           None if self.token_versions is None else self.token_versions[index])
 
     def versions(self) -> torch.Tensor:
         if self.token_versions is not None:
@@ -48,8 +43,8 @@ class PolicyBatch:
 def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor,
                        mask: torch.Tensor, advantages: torch.Tensor,
                        sampler_logprobs: torch.Tensor, pad_token_id: int,
-                       policy_version: int, token_versions: torch.Tensor | None = None,
-                       sampled_by_trainer: bool = True) -> PolicyBatch:
+                       policy_version: int, token_versions: torch.Tensor | None = None
+                       ) -> PolicyBatch:
     batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     prompts = torch.full((batch, width), pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros((batch, width), dtype=torch.long)
@@ -61,8 +56,7 @@ def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor
         attention_mask=torch.cat([prompt_mask, mask.long()], 1),
         prompt_width=width, completion_ids=completion_ids, mask=mask.float(),
         advantages=advantages.float(), sampler_logprobs=sampler_logprobs.float(),
-        policy_version=policy_version, token_versions=token_versions,
-        sampled_by_trainer=sampled_by_trainer)
+        policy_version=policy_version, token_versions=token_versions)
 
 
 def completion_logprobs(model, batch: PolicyBatch, temperature: float = 1.0,
@@ -126,10 +120,11 @@ class PolicyTrainer:
     def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> dict[str, float]:
         self.model.train()
         updates = self.epochs * self.minibatches
-        # With one update per batch, pi_old is the current model: its log-probs are the
-        # forward we run anyway, detached; a separate pass would recompute the same numbers.
-        single_pass = (updates == 1 and batch.sampled_by_trainer
-                       and batch.policy_version == self.version)
+        # pi_old is the trainer's own recomputation in its own dtype, whoever sampled the batch
+        # (the engine's mu may come from other weights, another dtype or process). With one
+        # update per batch the weights being trained ARE pi_old: its log-probs are the forward
+        # we run anyway, detached; a separate pass would recompute the same numbers.
+        single_pass = updates == 1
         old_logp = None if single_pass else self._forward_no_grad(self.model, batch)
         kl_coef = self.loss["kl_coef"]
         ref_logp = (self._forward_no_grad(self.reference, batch)
