@@ -39,7 +39,7 @@ def mixed_length_workload(requests: int = 256, seed: int = 0, median: float = 24
 
 
 def build_model(size: str):
-    """`tiny` is the quickstart's 0.8 M model; `small` a 6 M one of the same family."""
+    """`tiny` is the quickstart's 0.8 M model; `small` a 4.4 M one of the same family."""
     if size == "tiny":
         model, _ = build_tiny_model("tiny", seed=0, max_positions=512)
         return model.eval()
