@@ -207,13 +207,10 @@ def passk_command(
     temperature: float = 1.0,
 ) -> None:
     """pass@k against k for several models on one chart (e.g. base against trained)."""
-    from .rlvr.evaluate import evaluate
-    from .rlvr.model import load_model
+    from .rlvr.evaluate import check_eval_arguments, evaluate
+    from .rlvr.model import check_model_dir, load_model
     from .rlvr.plots import plot_pass_at_k
     from .rlvr.tasks import make_task
-
-    from .rlvr.evaluate import check_eval_arguments
-    from .rlvr.model import check_model_dir
 
     def go():
         try:
