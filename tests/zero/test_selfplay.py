@@ -12,6 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from rlscale.config import ConfigError, load_config
+from rlscale.runtime.rundir import RunDirError
 from rlscale.runtime.versions import WeightStore
 from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
@@ -196,7 +197,7 @@ def _tiny(out: Path, iterations: int) -> ZeroConfig:
 def test_checkpoint_and_exact_resume(tmp_path):
     straight = train(_tiny(tmp_path / "a", 4), progress=False)
     train(_tiny(tmp_path / "b", 2), progress=False)
-    with pytest.raises(FileExistsError):
+    with pytest.raises(RunDirError, match="already holds a run"):
         train(_tiny(tmp_path / "b", 4), progress=False)
     resumed = train(_tiny(tmp_path / "b", 4), resume=True, progress=False)
     a, b = straight.counters, resumed.counters
