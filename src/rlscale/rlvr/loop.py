@@ -267,8 +267,9 @@ class RLVRRun:
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
                                    r.policy_version, r.versions())
-        self.token_lags = self.trainer.version - r.versions()[r.mask > 0]
-        lag_stats = staleness(self.trainer.version, r.versions()[r.mask > 0].tolist())
+        token_versions = r.versions()[r.mask > 0]
+        self.token_lags = self.trainer.version - token_versions
+        lag_stats = staleness(self.trainer.version, token_versions.tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
         metrics.update(self.trainer.step(batch, generator))

@@ -129,9 +129,10 @@ class ActorFleet:
         calls = {m.call: i for i, m in enumerate(self.members) if m.call is not None}
         if not calls:
             return []
-        ready, _ = ray.wait(list(calls), num_returns=1, timeout=timeout)
-        ready += ray.wait([c for c in calls if c not in ready], num_returns=len(calls) - len(ready),
-                          timeout=0)[0] if len(calls) > len(ready) else []
+        # Block for the first result, then take whatever else is already done.
+        ready, rest = ray.wait(list(calls), num_returns=1, timeout=timeout)
+        if ready and rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         out = []
         for ref in ready:
             index = calls[ref]

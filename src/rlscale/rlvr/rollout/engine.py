@@ -20,7 +20,7 @@ uses any more are cut off the left. Positions are per row, so padding never shif
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,21 +28,15 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .sampler import cached_forward, sample_next
-from .types import Completion, EngineSampling, GenerationRequest
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion
 
 
-@dataclass
-class _Row:
-    """One running request: tokens drawn so far; the last is drawn but not yet fed."""
-
-    request: GenerationRequest
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+class _Row(PartialCompletion):
+    """A running request in a batch row; its last token is drawn but not yet fed."""
 
     def fed(self) -> list[int]:
         """The tokens whose keys and values are in the cache: prompt + all but the last."""
-        return list(self.request.prompt_ids) + self.tokens[:-1]
+        return list(self.request.prompt_ids) + self.token_ids[:-1]
 
 
 @dataclass
@@ -115,7 +109,7 @@ class ContinuousBatchingEngine:
         finished = self._refill()
         if not self.num_running:
             return finished
-        pending = torch.tensor([[r.tokens[-1] if r is not None else self.pad_token_id]
+        pending = torch.tensor([[r.token_ids[-1] if r is not None else self.pad_token_id]
                                 for r in self.rows], device=self.device)
         self.attention = F.pad(self.attention, (0, 1), value=1)
         logits, self.cache = cached_forward(self.model, self.cache, input_ids=pending,
@@ -147,15 +141,11 @@ class ContinuousBatchingEngine:
             row = self.rows[i]
             if row is None:
                 continue
-            row.tokens.append(token)
-            row.logprobs.append(logprob)
-            row.versions.append(self.version)
+            row.append(token, logprob, self.version)
             self.stats.generated_tokens += 1
             stop = token == self.eos_token_id and not self.sampling.ignore_eos
-            if stop or len(row.tokens) >= row.request.max_new_tokens:
-                finished.append(Completion(row.request.request_id, row.request.prompt_ids,
-                                           row.tokens, row.logprobs, row.versions,
-                                           "stop" if stop else "length"))
+            if stop or len(row.token_ids) >= row.request.max_new_tokens:
+                finished.append(row.finish("stop" if stop else "length"))
                 self.rows[i] = None
         return finished
 

@@ -42,6 +42,25 @@ class Completion:
         return len(self.token_ids)
 
 
+@dataclass
+class PartialCompletion:
+    """A running request: the tokens drawn so far, each with mu's log-prob and version."""
+
+    request: GenerationRequest
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def append(self, token: int, logprob: float, version: int) -> None:
+        self.token_ids.append(token)
+        self.logprobs.append(logprob)
+        self.versions.append(version)
+
+    def finish(self, reason: str) -> Completion:
+        return Completion(self.request.request_id, self.request.prompt_ids, self.token_ids,
+                          self.logprobs, self.versions, reason)
+
+
 class InferenceEngine(Protocol):
     version: int
 

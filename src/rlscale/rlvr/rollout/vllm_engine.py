@@ -25,11 +25,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .types import Completion, EngineSampling, GenerationRequest
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion
 
 # In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
 # trainer needs. 1 GiB of CPU KV cache holds ~0.5 M tokens of the tiny model.
@@ -85,16 +84,6 @@ def unique_tensors(state_dict: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass
-class _Progress:
-    """Tokens of one running request so far."""
-
-    request: GenerationRequest
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-
-
 def token_logprob(entry: dict | None, token: int, greedy: bool) -> float:
     # Greedy decoding samples from a point mass (log-prob 0); vLLM would report the raw
     # softmax there, which is not the distribution the token was drawn from.
@@ -135,7 +124,7 @@ class VLLMEngine:
         args.update(engine_kwargs or {})
         self.recompute_cache_on_update = recompute_cache_on_update
         self._engine = vllm.LLMEngine.from_engine_args(vllm.EngineArgs(**args))
-        self._running: dict[str, _Progress] = {}
+        self._running: dict[str, PartialCompletion] = {}
         self._staging: Path | None = None
 
     def add_request(self, request: GenerationRequest) -> None:
@@ -149,7 +138,7 @@ class VLLMEngine:
         params = self._params.clone()
         params.max_tokens = request.max_new_tokens
         self._engine.add_request(key, {"prompt_token_ids": list(request.prompt_ids)}, params)
-        self._running[key] = _Progress(request)
+        self._running[key] = PartialCompletion(request)
 
     def step(self) -> list[Completion]:
         finished = []
@@ -158,16 +147,11 @@ class VLLMEngine:
             sample = output.outputs[0]
             for i, token in enumerate(sample.token_ids):
                 entry = sample.logprobs[i] if sample.logprobs else None
-                progress.token_ids.append(token)
-                progress.logprobs.append(token_logprob(entry, token, self._greedy))
-                progress.versions.append(self.version)
+                progress.append(token, token_logprob(entry, token, self._greedy), self.version)
             if output.finished:
                 del self._running[output.request_id]
-                finished.append(Completion(
-                    request_id=progress.request.request_id,
-                    prompt_ids=progress.request.prompt_ids, token_ids=progress.token_ids,
-                    logprobs=progress.logprobs, versions=progress.versions,
-                    finish_reason=_FINISH_REASONS.get(sample.finish_reason, "length")))
+                finished.append(progress.finish(
+                    _FINISH_REASONS.get(sample.finish_reason, "length")))
         return finished
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
