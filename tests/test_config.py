@@ -1,13 +1,14 @@
 """Strict typed configs: YAML + dotted overrides, one-line errors naming the field."""
 
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlscale.config import ConfigError, apply_overrides, dump_config, load_config
-from rlscale.rlvr.config import LOSS_DEFAULTS, RLVRConfig, SFTConfig
-from rlscale.rlvr.objectives import PRESETS
+from rlscale.rlvr.config import LossConfig, RLVRConfig, SFTConfig
+from rlscale.rlvr.objectives import PRESETS, Objective
 
 BASE = {"model": {"path": "models/base"}}
 
@@ -156,48 +157,55 @@ def test_empty_yaml_is_an_empty_mapping(tmp_path):
     assert cfg.model.path == "m"
 
 
-def test_resolved_loss_takes_the_preset(tmp_path):
+def test_resolved_objective_takes_the_preset(tmp_path):
     cfg = load_config(RLVRConfig, write(tmp_path, BASE), ["objective=dapo"])
-    loss = cfg.resolved_loss()
-    assert loss["clip_high"] == 0.28 and loss["clip_low"] == 0.2
-    assert loss["aggregation"] == "token-mean"
-    assert loss["dynamic_sampling"] is True and loss["overlong_penalty"] is True
-    assert loss["kl_coef"] == 0.0
-    assert loss["norm_length"] == cfg.rollout.max_new_tokens == 8  # None -> max_new_tokens
-    for key, value in LOSS_DEFAULTS.items():
-        if key != "norm_length":
-            assert loss[key] == value
-    assert set(PRESETS["dapo"]) <= set(loss)
+    loss = cfg.resolved_objective()
+    assert isinstance(loss, Objective)
+    assert loss.clip_high == 0.28 and loss.clip_low == 0.2
+    assert loss.aggregation == "token-mean"
+    assert loss.dynamic_sampling is True and loss.overlong_penalty is True
+    assert loss.kl_coef == 0.0
+    assert loss.norm_length == cfg.rollout.max_new_tokens == 8  # None -> max_new_tokens
+    # fields no preset sets keep the library defaults ("off")
+    assert (loss.is_correction, loss.is_threshold) == ("none", 2.0)
+    assert loss.length_penalty_per_token == 0.0 and loss.adaptive_length_penalty == 0.0
+    assert loss.entropy_top_rho == 1.0
+    assert loss == Objective(**{**asdict(PRESETS["dapo"]), "norm_length": 8})
 
 
-def test_resolved_loss_overrides_win(tmp_path):
+def test_resolved_objective_overrides_win(tmp_path):
     cfg = load_config(RLVRConfig, write(tmp_path, BASE), [
         "objective=dapo", "loss.clip_high=0.3", "loss.dynamic_sampling=false",
         "loss.norm_length=64", "rollout.max_new_tokens=16", "loss.is_correction=tis"])
-    loss = cfg.resolved_loss()
-    assert loss["clip_high"] == 0.3
-    assert loss["clip_low"] == 0.2           # the preset's, not overridden
-    assert loss["dynamic_sampling"] is False  # a falsy override still wins
-    assert loss["norm_length"] == 64
-    assert loss["is_correction"] == "tis"
+    loss = cfg.resolved_objective()
+    assert loss.clip_high == 0.3
+    assert loss.clip_low == 0.2           # the preset's, not overridden
+    assert loss.dynamic_sampling is False  # a falsy override still wins
+    assert loss.norm_length == 64
+    assert loss.is_correction == "tis"
     # the preset itself is untouched by a run's overrides
-    assert PRESETS["dapo"]["clip_high"] == 0.28 and PRESETS["dapo"]["dynamic_sampling"] is True
+    assert PRESETS["dapo"].clip_high == 0.28 and PRESETS["dapo"].dynamic_sampling is True
 
 
-def test_resolved_loss_zero_kl_override(tmp_path):
+def test_resolved_objective_zero_kl_override(tmp_path):
     cfg = load_config(RLVRConfig, write(tmp_path, BASE), ["loss.kl_coef=0"])
-    assert PRESETS["grpo"]["kl_coef"] == 0.04
-    assert cfg.resolved_loss()["kl_coef"] == 0.0
-    assert load_config(RLVRConfig, write(tmp_path, BASE)).resolved_loss()["kl_coef"] == 0.04
+    assert PRESETS["grpo"].kl_coef == 0.04
+    assert cfg.resolved_objective().kl_coef == 0.0
+    assert load_config(RLVRConfig, write(tmp_path, BASE)).resolved_objective().kl_coef == 0.04
+
+
+def test_loss_section_has_one_field_per_objective_field():
+    assert list(LossConfig.model_fields) == [f.name for f in fields(Objective)]
 
 
 @pytest.mark.parametrize("objective", sorted(PRESETS))
 def test_every_preset_resolves_to_valid_loss_fields(tmp_path, objective):
     cfg = load_config(RLVRConfig, write(tmp_path, BASE), [f"objective={objective}"])
-    loss = cfg.resolved_loss()
+    loss = asdict(cfg.resolved_objective())
     assert None not in loss.values()
-    # the resolved dict is itself a valid loss section
-    assert load_config(RLVRConfig, write(tmp_path, {**BASE, "loss": loss})).resolved_loss() == loss
+    # the resolved record is itself a valid loss section
+    reloaded = load_config(RLVRConfig, write(tmp_path, {**BASE, "loss": loss}))
+    assert asdict(reloaded.resolved_objective()) == loss
 
 
 def test_dump_and_reload_round_trips(tmp_path):

@@ -1,5 +1,6 @@
 """Objectives against hand-computed numbers (the arithmetic is written out in comments)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -8,12 +9,17 @@ import torch
 from rlscale.rlvr.objectives import (
     AGGREGATIONS,
     PRESETS,
+    RATIO_LEVELS,
+    Aggregation,
+    Objective,
     group_advantages,
     kl_penalty,
     masked_mean,
     policy_loss,
+    sequence_level_loss,
     sequence_ratio,
     token_entropy_from_logits,
+    token_level_loss,
     top_entropy_mask,
 )
 
@@ -445,30 +451,23 @@ def test_top_entropy_mask():
 
 
 def test_presets_are_complete_and_valid():
-    keys = {
-        "advantage_std_normalize",
-        "advantage_leave_one_out",
-        "ratio_level",
-        "clip_low",
-        "clip_high",
-        "aggregation",
-        "norm_length",
-        "kl_coef",
-        "kl_kind",
-        "dynamic_sampling",
-        "overlong_penalty",
-        "overlong_buffer_frac",
-    }
+    # what a preset decides; the rest (behaviour correction, length shaping, entropy
+    # masking) is left at the library's "off" defaults by every preset
+    refinements = {"is_correction": "none", "is_threshold": 2.0,
+                   "length_penalty_per_token": 0.0, "adaptive_length_penalty": 0.0,
+                   "entropy_top_rho": 1.0}
     assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence"}
     for preset in PRESETS.values():
-        assert set(preset) == keys
-        assert preset["aggregation"] in AGGREGATIONS
-    assert PRESETS["dapo"]["clip_high"] > PRESETS["dapo"]["clip_low"]
-    assert PRESETS["dapo"]["dynamic_sampling"] and PRESETS["dapo"]["overlong_penalty"]
-    assert PRESETS["dr_grpo"]["aggregation"] == "seq-mean-token-sum-norm"
-    assert not PRESETS["dr_grpo"]["advantage_std_normalize"]
-    assert PRESETS["gspo"]["ratio_level"] == "sequence_mean"
-    assert PRESETS["grpo"]["kl_coef"] > 0
+        assert isinstance(preset, Objective)
+        assert {k: getattr(preset, k) for k in refinements} == refinements
+        assert preset.aggregation in AGGREGATIONS
+        assert preset.norm_length is None  # the loop's max_new_tokens
+    assert PRESETS["dapo"].clip_high > PRESETS["dapo"].clip_low
+    assert PRESETS["dapo"].dynamic_sampling and PRESETS["dapo"].overlong_penalty
+    assert PRESETS["dr_grpo"].aggregation == "seq-mean-token-sum-norm"
+    assert not PRESETS["dr_grpo"].advantage_std_normalize
+    assert PRESETS["gspo"].ratio_level == "sequence_mean"
+    assert PRESETS["grpo"].kl_coef > 0
     # every preset runs through policy_loss
     logp, old, adv, mask = two_by_three()
     for preset in PRESETS.values():
@@ -477,13 +476,85 @@ def test_presets_are_complete_and_valid():
             old,
             adv,
             mask,
-            ratio_level=preset["ratio_level"],
-            clip_low=preset["clip_low"],
-            clip_high=preset["clip_high"],
-            aggregation=preset["aggregation"],
-            norm_length=preset["norm_length"] or 3,
+            ratio_level=preset.ratio_level,
+            clip_low=preset.clip_low,
+            clip_high=preset.clip_high,
+            aggregation=preset.aggregation,
+            norm_length=preset.norm_length or 3,
             ref_logp=old,
-            kl_coef=preset["kl_coef"],
-            kl_kind=preset["kl_kind"],
+            kl_coef=preset.kl_coef,
+            kl_kind=preset.kl_kind,
         )
         assert torch.isfinite(loss)
+
+
+# ----------------------------------------------------------------------------- the typed record
+
+
+def test_objective_is_a_frozen_record_and_overrides_replace():
+    dapo = PRESETS["dapo"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dapo.clip_high = 0.5
+    wider = dataclasses.replace(dapo, clip_high=0.5)
+    assert wider.clip_high == 0.5 and wider.clip_low == dapo.clip_low
+    assert PRESETS["dapo"].clip_high == 0.28  # the preset is untouched
+
+
+@pytest.mark.parametrize("field, value", [("ratio_level", "word"), ("aggregation", "sum"),
+                                          ("kl_kind", "k4"), ("is_correction", "pis")])
+def test_objective_names_are_checked_against_the_registries(field, value):
+    with pytest.raises(ValueError, match=f"unknown .*{value!r}"):
+        Objective(**{field: value})
+    with pytest.raises(ValueError, match="choose from"):
+        dataclasses.replace(PRESETS["grpo"], **{field: value})
+
+
+def test_policy_loss_dispatches_through_the_ratio_level_registry():
+    assert RATIO_LEVELS["token"].loss is token_level_loss
+    assert RATIO_LEVELS["sequence"].loss is sequence_level_loss
+    assert RATIO_LEVELS["sequence_mean"].loss is sequence_level_loss
+    logp, old, adv, mask = two_by_three()
+    for level in RATIO_LEVELS:
+        ratio = torch.exp(RATIO_LEVELS[level].log_ratio((logp - old) * mask, mask))
+        direct = RATIO_LEVELS[level].loss(
+            ratio, adv, mask, clip_low=0.1, clip_high=0.2, behaviour_weight=None,
+            aggregate=Aggregation("seq-mean-token-sum", num_sequences=4))
+        through, _ = policy_loss(logp, old, adv, mask, ratio_level=level, clip_low=0.1,
+                                 clip_high=0.2, aggregation="seq-mean-token-sum",
+                                 num_sequences=4)
+        assert direct.item() == through.item()
+
+
+def test_sequence_level_loss_by_hand():
+    # two sequences, ratios 1.5 and 0.5, advantages +1 and -1, clip 0.2: min(1.5, 1.2) = 1.2
+    # and min(-0.5, -0.8) = -0.8; the third row has no token and counts in N = 3 only.
+    ratio = torch.tensor([1.5, 0.5, 1.0], dtype=F64)
+    adv = torch.tensor([1.0, -1.0, 5.0], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], dtype=F64)
+    loss = sequence_level_loss(ratio, adv, mask, clip_low=0.2, clip_high=0.2,
+                               behaviour_weight=None, aggregate=Aggregation())
+    close(loss, -(1.2 - 0.8) / 3)
+    weighted = sequence_level_loss(ratio, adv, mask, clip_low=0.2, clip_high=0.2,
+                                   behaviour_weight=torch.tensor([0.5, 2.0, 1.0], dtype=F64),
+                                   aggregate=Aggregation(num_sequences=4))
+    close(weighted, -(0.5 * 1.2 - 2.0 * 0.8) / 4)
+
+
+def test_token_level_loss_by_hand():
+    # token ratios [[1.5, 0.9]], A = +1, clip 0.2: min(1.5, 1.2) = 1.2, 0.9; token-mean
+    ratio = torch.tensor([[1.5, 0.9]], dtype=F64)
+    loss = token_level_loss(ratio, torch.tensor([1.0], dtype=F64), torch.ones(1, 2, dtype=F64),
+                            clip_low=0.2, clip_high=0.2, behaviour_weight=None,
+                            aggregate=Aggregation("token-mean"))
+    close(loss, -(1.2 + 0.9) / 2)
+
+
+def test_aggregation_record_reads_its_counts():
+    values = torch.tensor([[1.0, 2.0], [3.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=F64)
+    close(Aggregation("token-mean")(values, mask), 2.0)
+    close(Aggregation("token-mean", num_tokens=6)(values, mask), 1.0)
+    close(Aggregation("seq-mean-token-sum-norm", num_sequences=2, norm_length=3)(values, mask),
+          6 / (3 * 2))
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        Aggregation("mean")

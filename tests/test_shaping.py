@@ -71,3 +71,28 @@ def test_success_rates_and_buckets():
         "easy",
     ]
     assert difficulty_buckets([0.5]) == ["medium"]
+
+
+def test_shaping_terms_are_a_registry_switched_by_the_objective():
+    from rlscale.rlvr.objectives import Objective
+    from rlscale.rlvr.shaping import SHAPING_TERMS, ShapingInputs, shape_rewards
+
+    assert list(SHAPING_TERMS) == ["length_penalty_per_token", "overlong_penalty",
+                                   "adaptive_length_penalty"]
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    lengths = torch.tensor([2.0, 10.0, 9.0, 6.0])
+    inputs = ShapingInputs(rewards, lengths, group_size=4, max_length=10)
+    # everything off: the verifier's rewards, nothing logged
+    plain, stats = shape_rewards(inputs, Objective())
+    assert torch.equal(plain, rewards) and stats == {} and plain is not rewards
+    objective = Objective(length_penalty_per_token=0.01, overlong_penalty=True,
+                          overlong_buffer_frac=0.2, adaptive_length_penalty=1.0)
+    shaped, stats = shape_rewards(inputs, objective)
+    # constant: -0.01 L = [-0.02, -0.1, -0.09, -0.06]
+    # overlong, max 10, buffer round(0.2 * 10) = 2: free to 8, (8 - L) / 2 = [0, -1, -0.5, 0]
+    # adaptive, p = 3/4, relative (L - 2) / 8 over the correct ones: [0, -, 7/8, 1/2] * -3/4
+    overlong = [0.0, -1.0, -0.5, 0.0]
+    adaptive = [0.0, 0.0, -0.75 * 7 / 8, -0.75 * 0.5]
+    close(shaped, [1 - 0.02, 0 - 0.1 - 1.0, 1 - 0.09 - 0.5 - 0.75 * 7 / 8, 1 - 0.06 - 0.375])
+    assert stats == pytest.approx({"length/overlong_penalty_mean": sum(overlong) / 4,
+                                   "length/adaptive_penalty_mean": sum(adaptive) / 4})

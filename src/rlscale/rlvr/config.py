@@ -6,11 +6,15 @@ docstrings' content. Unknown or ill-typed fields are errors (see rlscale.config)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from ..config import StrictModel
+
+if TYPE_CHECKING:
+    from .objectives import Objective
 
 
 class ModelConfig(StrictModel):
@@ -51,7 +55,8 @@ class RolloutConfig(StrictModel):
 
 
 class LossConfig(StrictModel):
-    """The objective: a preset (rlscale.rlvr.objectives.PRESETS) and overrides of its fields.
+    """The objective: a preset (rlscale.rlvr.objectives.PRESETS, each an `Objective`) and
+    overrides of its fields, one field here per field there (a test keeps them equal).
 
     A field left at None takes the preset's value; config.yaml of a run shows them resolved.
     """
@@ -75,12 +80,6 @@ class LossConfig(StrictModel):
     length_penalty_per_token: float | None = Field(None, ge=0)
     adaptive_length_penalty: float | None = Field(None, ge=0)
     entropy_top_rho: float | None = Field(None, gt=0, le=1)
-
-
-LOSS_DEFAULTS: dict[str, Any] = {
-    "is_correction": "none", "is_threshold": 2.0, "length_penalty_per_token": 0.0,
-    "adaptive_length_penalty": 0.0, "entropy_top_rho": 1.0, "norm_length": None,
-}
 
 
 class TrainConfig(StrictModel):
@@ -165,14 +164,15 @@ class RLVRConfig(StrictModel):
             raise ValueError(f"unknown objective '{self.objective}' (known: {', '.join(PRESETS)})")
         return self
 
-    def resolved_loss(self) -> dict[str, Any]:
+    def resolved_objective(self) -> Objective:
+        """The preset with this config's `loss.*` overrides; `norm_length` None becomes
+        `rollout.max_new_tokens`."""
         from .objectives import PRESETS
 
-        merged = {**LOSS_DEFAULTS, **PRESETS[self.objective]}
-        merged.update({k: v for k, v in self.loss.model_dump().items() if v is not None})
-        if merged.get("norm_length") is None:
-            merged["norm_length"] = self.rollout.max_new_tokens
-        return merged
+        objective = replace(PRESETS[self.objective], **self.loss.model_dump(exclude_none=True))
+        if objective.norm_length is None:
+            objective = replace(objective, norm_length=self.rollout.max_new_tokens)
+        return objective
 
 
 class SFTDataConfig(StrictModel):

@@ -13,6 +13,7 @@ import os
 import queue
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -71,25 +72,14 @@ class RolloutWorker:
                             scored.errors, scored.timeouts, scored.crashes, scored.first_error)
 
 
-def shaped_rewards(group: RolloutGroup, loss: dict[str, Any], cfg: RLVRConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    """Verifier reward plus the configured length shaping terms, and their statistics."""
+def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
+                   cfg: RLVRConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """Verifier reward plus the objective's shaping terms (shaping.SHAPING_TERMS), and their
+    statistics with the completion length per difficulty bucket."""
     lengths = group.rollout.lengths.float()
-    rewards = group.rewards.clone()
     size = cfg.rollout.group_size
-    stats: dict[str, float] = {}
-    if loss["length_penalty_per_token"] > 0:
-        rewards += shaping.constant_length_penalty(lengths, loss["length_penalty_per_token"])
-    if loss["overlong_penalty"]:
-        max_len = cfg.rollout.max_new_tokens
-        buffer = max(1, int(round(loss["overlong_buffer_frac"] * max_len)))
-        penalty = shaping.soft_overlong_penalty(lengths, max_len, buffer)
-        rewards += penalty
-        stats["length/overlong_penalty_mean"] = float(penalty.mean())
-    if loss["adaptive_length_penalty"] > 0:
-        penalty = shaping.adaptive_length_penalty(group.rewards, lengths, size,
-                                                  strength=loss["adaptive_length_penalty"])
-        rewards += penalty
-        stats["length/adaptive_penalty_mean"] = float(penalty.mean())
+    rewards, stats = shaping.shape_rewards(
+        shaping.ShapingInputs(group.rewards, lengths, size, cfg.rollout.max_new_tokens), objective)
     success = group.rewards.view(-1, size).gt(0.5).float().mean(1)
     group_lengths = lengths.view(-1, size)
     for bucket in ("easy", "medium", "hard"):
@@ -110,18 +100,18 @@ class RLVRRun:
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
         self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
-        self.loss = cfg.resolved_loss()
+        self.objective = cfg.resolved_objective()
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.task = make_task(cfg.task.name, **cfg.task.options)
         self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
         self.reference = None
-        if self.loss["kl_coef"] > 0:
+        if self.objective.kl_coef > 0:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
             self.reference.eval().requires_grad_(False)
         t = cfg.train
         self.trainer = PolicyTrainer(
-            self.model, self.reference, self.loss, lr=t.lr, weight_decay=t.weight_decay,
+            self.model, self.reference, self.objective, lr=t.lr, weight_decay=t.weight_decay,
             warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
             epochs=t.epochs, micro_batch_size=t.micro_batch_size,
             temperature=cfg.rollout.temperature)
@@ -136,7 +126,7 @@ class RLVRRun:
         self.fleet_state: dict[str, int] | None = None  # the fleet's, from a checkpoint
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
-        resolved = cfg.model_copy(update={"loss": LossConfig(**self.loss)})
+        resolved = cfg.model_copy(update={"loss": LossConfig(**asdict(self.objective))})
         if resume:
             self._restore()
             self._check_resumed_config(resolved, allow_config_change)
@@ -229,12 +219,12 @@ class RLVRRun:
         want = cfg.rollout.prompts_per_step
         kept: list[RolloutGroup] = []
         have, drawn, dropped = 0, 0, 0
-        draws = 1 + (cfg.rollout.max_extra_draws if self.loss["dynamic_sampling"] else 0)
+        draws = 1 + (cfg.rollout.max_extra_draws if self.objective.dynamic_sampling else 0)
         for draw in range(draws):
             self.rollouts.put(self.worker.collect(self.step, draw, self.trainer.version))
             group = self.rollouts.get()
             drawn += len(group.examples)
-            if self.loss["dynamic_sampling"]:
+            if self.objective.dynamic_sampling:
                 spread = group.rewards.view(-1, size)
                 informative = spread.max(1).values > spread.min(1).values
                 dropped += int((~informative).sum())
@@ -259,10 +249,10 @@ class RLVRRun:
         t0 = time.perf_counter()
         group, metrics = self.collect()
         t_collect = time.perf_counter() - t0
-        rewards, length_stats = shaped_rewards(group, self.loss, cfg)
+        rewards, length_stats = shaped_rewards(group, self.objective, cfg)
         advantages = objectives.group_advantages(
-            rewards, size, std_normalize=self.loss["advantage_std_normalize"],
-            leave_one_out=self.loss["advantage_leave_one_out"])
+            rewards, size, std_normalize=self.objective.advantage_std_normalize,
+            leave_one_out=self.objective.advantage_leave_one_out)
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
@@ -319,7 +309,7 @@ class RLVRRun:
                 self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                            start_version=self.trainer.version,
                                            resumed=self.fleet_state,
-                                           dynamic_sampling=self.loss["dynamic_sampling"])
+                                           dynamic_sampling=self.objective.dynamic_sampling)
                 try:
                     self.fleet.start(self.model.state_dict(), self.trainer.version)
                     return self._train()

@@ -2,8 +2,12 @@
 
 Pure tensor math, no model and no loop. Every choice that a paper changes (how the ratio is
 formed, how per-token terms are averaged, which KL estimator, how off-policy samples are
-corrected) is a small function registered by name, and `PRESETS` names the combinations the
-papers used. A new objective should be a new function plus a preset, not a new branch.
+corrected) is a small function registered by name; an `Objective` is one typed record of
+those choices, and `PRESETS` names the combinations the papers used. A new objective should
+be a new function plus a preset, not a new branch.
+
+SFT and DFT are the same per-token policy-gradient loss with other weights (see "SFT and
+DFT" below); `rlscale sft` uses them.
 
 Shapes: per-token tensors are `[B, T]` with `mask` 1 on completion tokens; `advantages` is
 `[B]`; a group of `group_size` consecutive rows shares one prompt. Conventions are in
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -55,6 +60,11 @@ def _float(x: Tensor) -> float:
 def _share(flags: Tensor, units: Tensor) -> float:
     """Share of `units` where `flags` holds, as a python float (0 when there are no units)."""
     return int((flags & units).sum()) / max(int(units.sum()), 1)
+
+
+def _check_name(what: str, name: str, registry: dict) -> None:
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; choose from {sorted(registry)}")
 
 
 def _stats(values: Tensor, keep: Tensor, empty: float) -> tuple[float, float]:
@@ -153,28 +163,174 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
     return KL_ESTIMATORS[kind](ref_logp - logp)
 
 
-# ----------------------------------------------------------------------------- ratios
-# Each level maps masked per-token log-differences [B, T] to the log of the importance ratio
-# at that level: [B, T] for tokens, [B] for sequences.
+# ----------------------------------------------------------------------------- aggregation
+# How per-token terms [B, T] become one scalar. Every aggregation divides by minibatch-wide
+# counts when given (`num_sequences`, `num_tokens`), so micro-batch losses sum to the
+# minibatch loss exactly; otherwise by this call's own counts.
 
-RATIO_LEVELS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
+AGGREGATIONS: dict[str, Callable[..., Tensor]] = {}
 
 
-def register_ratio_level(name: str):
-    def add(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-        RATIO_LEVELS[name] = fn
+def register_aggregation(name: str):
+    def add(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        AGGREGATIONS[name] = fn
         return fn
 
     return add
 
 
-@register_ratio_level("token")
+@register_aggregation("token-mean")
+def token_mean(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
+    """DAPO: every token of the minibatch weighs the same, so a long completion's tokens
+    are not diluted by its length (and long bad patterns are penalised in full)."""
+    total = mask.sum() if num_tokens is None else num_tokens
+    return masked_sum(values, mask) / _positive(total)
+
+
+@register_aggregation("seq-mean-token-mean")
+def seq_mean_token_mean(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
+    """Original GRPO: average within each completion (1/|y_i|), then over completions. Each
+    completion weighs the same, so a token of a long one weighs less, which Dr. GRPO shows
+    biases the model towards long wrong answers."""
+    per_sequence = masked_sum(values, mask, dim=-1) / _positive(mask.sum(dim=-1))
+    count = values.shape[0] if num_sequences is None else num_sequences
+    return per_sequence.sum() / _positive(count)
+
+
+@register_aggregation("seq-mean-token-sum")
+def seq_mean_token_sum(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
+    """Sum within each completion, mean over completions: the REINFORCE gradient of the
+    sequence log-likelihood, and what a sequence-level ratio reduces to at theta_old."""
+    count = values.shape[0] if num_sequences is None else num_sequences
+    return masked_sum(values, mask) / _positive(count)
+
+
+@register_aggregation("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
+    """Dr. GRPO (Liu et al. 2025): sum within each completion, divide by one constant (the
+    generation budget), mean over completions: no length-dependent weighting at all. The
+    constant must be given: the padded width of a batch changes from batch to batch."""
+    if norm_length is None:
+        raise ValueError("seq-mean-token-sum-norm needs norm_length (e.g. max_new_tokens)")
+    count = values.shape[0] if num_sequences is None else num_sequences
+    return masked_sum(values, mask) / (norm_length * _positive(count))
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A registered aggregation with the counts it divides by: the minibatch's rows
+    (`num_sequences`) and completion tokens (`num_tokens`), and Dr. GRPO's constant
+    `norm_length`. None: this call's own counts. Calling it aggregates `[B, T]` -> scalar."""
+
+    name: str = "token-mean"
+    num_sequences: int | None = None
+    num_tokens: float | None = None
+    norm_length: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("aggregation", self.name, AGGREGATIONS)
+
+    def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
+        return AGGREGATIONS[self.name](values, mask, num_sequences=self.num_sequences,
+                                       num_tokens=self.num_tokens, norm_length=self.norm_length)
+
+
+# ----------------------------------------------------------------------------- surrogates
+# The clipped objective at each ratio level. Both take the ratio of their level (`[B, T]`
+# tokens or `[B]` sequences), the `[B]` advantages and the detached behaviour weight of the
+# same level (None: no correction), and return the loss to minimise.
+
+
+def clipped_surrogate(
+    ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
+) -> Tensor:
+    """PPO's pessimistic surrogate `min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`: the
+    policy gets no credit for moving the ratio further than the trust region in the
+    direction the advantage favours. `clip_high > clip_low` (DAPO's clip-higher) leaves more
+    room to raise unlikely tokens, which fights entropy collapse."""
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    return torch.minimum(ratio * advantages, clipped * advantages)
+
+
+def token_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float,
+                     clip_high: float, behaviour_weight: Tensor | None,
+                     aggregate: Aggregation) -> Tensor:
+    """One clipped surrogate per token, aggregated by `aggregate`:
+
+        L = agg_{i,t} -w_{i,t} min(r_{i,t} A_i, clip(r_{i,t}, 1 - eps_low, 1 + eps_high) A_i)
+
+    `r` is `[B, T]`, each sequence's advantage `A_i` is shared by its tokens, and `w` is the
+    behaviour weight (1 without a correction)."""
+    surrogate = clipped_surrogate(ratio, _per_unit(advantages, ratio), clip_low, clip_high)
+    if behaviour_weight is not None:
+        surrogate = surrogate * behaviour_weight
+    return aggregate(-surrogate, mask)
+
+
+def sequence_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float,
+                        clip_high: float, behaviour_weight: Tensor | None,
+                        aggregate: Aggregation) -> Tensor:
+    """One clipped surrogate per sequence, averaged over the minibatch's `N` sequences:
+
+        L = -(1/N) sum_i w_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)
+
+    `s` is `[B]`. The unit that is rewarded, corrected and clipped is the sequence, so the
+    token aggregation does not apply; only its `num_sequences` (N) is read. Rows without
+    tokens count in N but add nothing."""
+    surrogate = clipped_surrogate(ratio, advantages, clip_low, clip_high)
+    if behaviour_weight is not None:
+        surrogate = surrogate * behaviour_weight
+    count = surrogate.shape[0] if aggregate.num_sequences is None else aggregate.num_sequences
+    loss = torch.where(_units(ratio, mask), -surrogate, torch.zeros_like(surrogate)).sum()
+    return loss / _positive(count)
+
+
+def _units(ratio: Tensor, mask: Tensor) -> Tensor:
+    """The units a ratio lives on: active tokens `[B, T]` for a token ratio, sequences with
+    any active token `[B]` for a sequence ratio."""
+    active = mask > 0
+    return active if ratio.dim() == active.dim() else active.any(dim=-1)
+
+
+def _per_unit(advantages: Tensor, ratio: Tensor) -> Tensor:
+    """`[B]` advantages at the ratio's level: shared by every token for `[B, T]` ratios."""
+    return advantages[:, None].expand_as(ratio) if ratio.dim() == 2 else advantages
+
+
+# ----------------------------------------------------------------------------- ratios
+# Each level maps masked per-token log-differences [B, T] to the log of the importance ratio
+# at that level ([B, T] for tokens, [B] for sequences), and names the surrogate loss that
+# clips at that level.
+
+
+@dataclass(frozen=True)
+class RatioLevel:
+    """`log_ratio(delta, mask)` forms the level's log importance ratio; `loss` is the
+    surrogate that clips and averages at that level (`token_level_loss` or
+    `sequence_level_loss`)."""
+
+    log_ratio: Callable[[Tensor, Tensor], Tensor]
+    loss: Callable[..., Tensor]
+
+
+RATIO_LEVELS: dict[str, RatioLevel] = {}
+
+
+def register_ratio_level(name: str, loss: Callable[..., Tensor]):
+    def add(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
+        RATIO_LEVELS[name] = RatioLevel(fn, loss)
+        return fn
+
+    return add
+
+
+@register_ratio_level("token", token_level_loss)
 def token_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     """PPO/GRPO: one ratio per token, clipped token by token."""
     return delta
 
 
-@register_ratio_level("sequence")
+@register_ratio_level("sequence", sequence_level_loss)
 def sequence_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     """The exact likelihood ratio of the whole completion, `sum_t`: the unit that is
     rewarded is the sequence, so that is the unit corrected and clipped. Its spread grows
@@ -182,7 +338,7 @@ def sequence_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     return delta.sum(dim=-1)
 
 
-@register_ratio_level("sequence_mean")
+@register_ratio_level("sequence_mean", sequence_level_loss)
 def sequence_mean_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     """GSPO (Zheng et al. 2025): the geometric mean of the token ratios, `mean_t`, so that
     one clip range fits every length. Its gradient reaches every token of the sequence
@@ -196,18 +352,7 @@ def sequence_ratio(
     """`[B]` sequence ratios `exp(sum_t (logp - old_logp))`, or with `length_normalize`
     GSPO's `exp(mean_t ...)`, over the masked tokens."""
     level = RATIO_LEVELS["sequence_mean" if length_normalize else "sequence"]
-    return torch.exp(level(_masked_delta(logp, old_logp.detach(), mask), mask))
-
-
-def clipped_surrogate(
-    ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
-) -> Tensor:
-    """PPO's pessimistic surrogate `min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`: the
-    policy gets no credit for moving the ratio further than the trust region in the
-    direction the advantage favours. `clip_high > clip_low` (DAPO's clip-higher) leaves more
-    room to raise unlikely tokens, which fights entropy collapse."""
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    return torch.minimum(ratio * advantages, clipped * advantages)
+    return torch.exp(level.log_ratio(_masked_delta(logp, old_logp.detach(), mask), mask))
 
 
 def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
@@ -265,59 +410,6 @@ def masked_importance_sampling(weight: Tensor, threshold: float) -> Tensor:
     return torch.where(inside, weight, torch.zeros_like(weight))
 
 
-# ----------------------------------------------------------------------------- aggregation
-# How per-token terms [B, T] become one scalar. Every aggregation divides by minibatch-wide
-# counts when given (`num_sequences`, `num_tokens`), so micro-batch losses sum to the
-# minibatch loss exactly; otherwise by this call's own counts.
-
-AGGREGATIONS: dict[str, Callable[..., Tensor]] = {}
-
-
-def register_aggregation(name: str):
-    def add(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return add
-
-
-@register_aggregation("token-mean")
-def token_mean(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
-    """DAPO: every token of the minibatch weighs the same, so a long completion's tokens
-    are not diluted by its length (and long bad patterns are penalised in full)."""
-    total = mask.sum() if num_tokens is None else num_tokens
-    return masked_sum(values, mask) / _positive(total)
-
-
-@register_aggregation("seq-mean-token-mean")
-def seq_mean_token_mean(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
-    """Original GRPO: average within each completion (1/|y_i|), then over completions. Each
-    completion weighs the same, so a token of a long one weighs less, which Dr. GRPO shows
-    biases the model towards long wrong answers."""
-    per_sequence = masked_sum(values, mask, dim=-1) / _positive(mask.sum(dim=-1))
-    count = values.shape[0] if num_sequences is None else num_sequences
-    return per_sequence.sum() / _positive(count)
-
-
-@register_aggregation("seq-mean-token-sum")
-def seq_mean_token_sum(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
-    """Sum within each completion, mean over completions: the REINFORCE gradient of the
-    sequence log-likelihood, and what a sequence-level ratio reduces to at theta_old."""
-    count = values.shape[0] if num_sequences is None else num_sequences
-    return masked_sum(values, mask) / _positive(count)
-
-
-@register_aggregation("seq-mean-token-sum-norm")
-def seq_mean_token_sum_norm(values, mask, *, num_sequences=None, num_tokens=None, norm_length=None):
-    """Dr. GRPO (Liu et al. 2025): sum within each completion, divide by one constant (the
-    generation budget), mean over completions: no length-dependent weighting at all. The
-    constant must be given: the padded width of a batch changes from batch to batch."""
-    if norm_length is None:
-        raise ValueError("seq-mean-token-sum-norm needs norm_length (e.g. max_new_tokens)")
-    count = values.shape[0] if num_sequences is None else num_sequences
-    return masked_sum(values, mask) / (norm_length * _positive(count))
-
-
 # ----------------------------------------------------------------------------- the loss
 
 
@@ -347,29 +439,21 @@ def policy_loss(
     sampler's mu) and `ref_logp` are treated as constants. All are `[B, T]`, `advantages`
     is `[B]`.
 
-    Token-level ratios give one clipped surrogate per token, aggregated with
-    `aggregation` together with `kl_coef` times the per-token KL. Sequence-level ratios
-    give one surrogate per sequence, averaged over sequences (rows without tokens count in
-    the denominator but add nothing); the KL term is still per token and uses
-    `aggregation`.
+    `ratio_level` names the level (RATIO_LEVELS) whose surrogate this dispatches to:
+    `token_level_loss` (one clipped surrogate per token, aggregated with `aggregation`) or
+    `sequence_level_loss` (one per sequence, averaged over sequences). The KL term,
+    `kl_coef` times the per-token KL, always uses `aggregation`.
 
     `num_sequences` / `num_tokens` are the minibatch's row and token counts; pass them
     when the minibatch is split into micro-batches and the micro-batch losses (or their
     gradients) are summed, which then equals the whole-minibatch loss exactly.
 
-    Metrics are over this call's active units (tokens, or sequences for sequence ratios):
-    `clip/low_frac` counts units where `A < 0` and `r < 1 - clip_low`, `clip/high_frac`
-    units where `A > 0` and `r > 1 + clip_high` (exactly the cases where the min picks the
-    clipped branch and it differs).
+    Metrics (`ratio_metrics`, `behaviour_weight_metrics`, the KL figures) are over this
+    call's active units: tokens, or sequences for sequence ratios.
     """
-    if ratio_level not in RATIO_LEVELS:
-        raise ValueError(f"unknown ratio_level {ratio_level!r}; choose from {sorted(RATIO_LEVELS)}")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; choose from {sorted(AGGREGATIONS)}")
-    if is_correction not in BEHAVIOUR_CORRECTIONS:
-        raise ValueError(
-            f"unknown is_correction {is_correction!r}; choose from {sorted(BEHAVIOUR_CORRECTIONS)}"
-        )
+    _check_name("ratio_level", ratio_level, RATIO_LEVELS)
+    _check_name("aggregation", aggregation, AGGREGATIONS)
+    _check_name("is_correction", is_correction, BEHAVIOUR_CORRECTIONS)
     if is_correction != "none" and behaviour_logp is None:
         raise ValueError(f"is_correction={is_correction!r} needs behaviour_logp")
     if kl_coef != 0.0 and ref_logp is None:
@@ -379,66 +463,68 @@ def policy_loss(
     dtype = torch.promote_types(logp.dtype, torch.float32)
     logp = logp.to(dtype)
     mask = mask.to(dtype)
-    active = mask > 0
-    to_level = RATIO_LEVELS[ratio_level]
-    token_level = ratio_level == "token"
-    aggregate_kwargs = dict(
-        num_sequences=num_sequences, num_tokens=num_tokens, norm_length=norm_length
-    )
+    level = RATIO_LEVELS[ratio_level]
+    aggregate = Aggregation(aggregation, num_sequences, num_tokens, norm_length)
 
     old_logp = old_logp.detach().to(dtype)
-    log_ratio = to_level(_masked_delta(logp, old_logp, mask), mask)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.detach().to(dtype)
-    if token_level:
-        adv = adv[:, None].expand_as(ratio)
-        units = active
-    else:
-        units = active.any(dim=-1)
-    surrogate = clipped_surrogate(ratio, adv, clip_low, clip_high)
+    ratio = torch.exp(level.log_ratio(_masked_delta(logp, old_logp, mask), mask))
+    advantages = advantages.detach().to(dtype)
+    units = _units(ratio, mask)
 
     metrics: dict[str, float] = {}
+    weight = None
     if behaviour_logp is not None:
         behaviour_logp = behaviour_logp.detach().to(dtype)
-        raw_weight = torch.exp(to_level(_masked_delta(old_logp, behaviour_logp, mask), mask))
-        surrogate = surrogate * BEHAVIOUR_CORRECTIONS[is_correction](raw_weight, is_threshold)
-        inside = (raw_weight >= 1.0 / is_threshold) & (raw_weight <= is_threshold)
-        metrics["behaviour/weight_mean"], metrics["behaviour/weight_max"] = _stats(
-            raw_weight, units, 1.0
-        )
-        metrics["behaviour/truncated_frac"] = _share(raw_weight > is_threshold, units)
-        metrics["behaviour/masked_frac"] = _share(~inside, units)
+        raw_weight = torch.exp(level.log_ratio(_masked_delta(old_logp, behaviour_logp, mask), mask))
+        weight = BEHAVIOUR_CORRECTIONS[is_correction](raw_weight, is_threshold)
+        metrics.update(behaviour_weight_metrics(raw_weight, units, is_threshold))
 
-    if token_level:
-        pg_loss = AGGREGATIONS[aggregation](-surrogate, mask, **aggregate_kwargs)
-    else:
-        count = surrogate.shape[0] if num_sequences is None else num_sequences
-        pg_loss = torch.where(units, -surrogate, torch.zeros_like(surrogate)).sum()
-        pg_loss = pg_loss / _positive(count)
-
+    pg_loss = level.loss(ratio, advantages, mask, clip_low=clip_low, clip_high=clip_high,
+                         behaviour_weight=weight, aggregate=aggregate)
     loss = pg_loss
     if ref_logp is not None:
-        if kl_kind not in KL_ESTIMATORS:
-            raise ValueError(f"unknown kl kind {kl_kind!r}; choose from {sorted(KL_ESTIMATORS)}")
+        _check_name("kl kind", kl_kind, KL_ESTIMATORS)
         kl = KL_ESTIMATORS[kl_kind](_masked_delta(ref_logp.detach().to(dtype), logp, mask))
         metrics["kl/mean"] = _float(masked_mean(kl, mask))
         if kl_coef != 0.0:
-            kl_loss = AGGREGATIONS[aggregation](kl, mask, **aggregate_kwargs)
+            kl_loss = aggregate(kl, mask)
             metrics["kl/loss"] = _float(kl_loss)
             loss = loss + kl_coef * kl_loss
 
-    with torch.no_grad():
-        metrics["clip/low_frac"] = _share((adv < 0) & (ratio < 1.0 - clip_low), units)
-        metrics["clip/high_frac"] = _share((adv > 0) & (ratio > 1.0 + clip_high), units)
-        metrics["clip/frac"] = metrics["clip/low_frac"] + metrics["clip/high_frac"]
-        metrics["ratio/mean"], metrics["ratio/max"] = _stats(ratio, units, 1.0)
-        # KL(pi_old || pi_theta) per token (k3 on the old samples): how far this update moved.
-        metrics["kl/old_new"] = _float(
-            masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask)
-        )
+    metrics.update(ratio_metrics(ratio, advantages, units, clip_low, clip_high))
+    # KL(pi_old || pi_theta) per token (k3 on the old samples): how far this update moved.
+    metrics["kl/old_new"] = _float(masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask))
     metrics["loss/policy"] = _float(pg_loss)
     metrics["loss"] = _float(loss)
     return loss, metrics
+
+
+@torch.no_grad()
+def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: float,
+                  clip_high: float) -> dict[str, float]:
+    """Clip shares and ratio statistics over the active `units` (tokens or sequences).
+
+    `clip/low_frac` counts units where `A < 0` and `r < 1 - clip_low`, `clip/high_frac`
+    units where `A > 0` and `r > 1 + clip_high`: exactly the cases where the min picks the
+    clipped branch and it differs."""
+    advantages = _per_unit(advantages, ratio)
+    low = _share((advantages < 0) & (ratio < 1.0 - clip_low), units)
+    high = _share((advantages > 0) & (ratio > 1.0 + clip_high), units)
+    mean, largest = _stats(ratio, units, 1.0)
+    return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
+            "ratio/mean": mean, "ratio/max": largest}
+
+
+def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,
+                             threshold: float) -> dict[str, float]:
+    """The raw behaviour weights pi_old/mu over the active `units`, before truncation or
+    masking: mean and max, and the shares that TIS would truncate (`w > C`) and MIS would
+    mask (`w` outside `[1/C, C]`)."""
+    inside = (raw_weight >= 1.0 / threshold) & (raw_weight <= threshold)
+    mean, largest = _stats(raw_weight, units, 1.0)
+    return {"behaviour/weight_mean": mean, "behaviour/weight_max": largest,
+            "behaviour/truncated_frac": _share(raw_weight > threshold, units),
+            "behaviour/masked_frac": _share(~inside, units)}
 
 
 # ----------------------------------------------------------------------------- entropy
@@ -479,99 +565,85 @@ def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float) -> Tensor:
     return torch.where(active & (entropy.detach() >= threshold), mask, torch.zeros_like(mask))
 
 
-# ----------------------------------------------------------------------------- presets
-# Plain dictionaries of config fields the loop reads; no code path depends on a preset's
-# name. `norm_length: None` means "use the loop's max_new_tokens". `overlong_buffer_frac` is
-# the share of max_new_tokens, at the end of the budget, over which DAPO's soft overlong
-# punishment ramps from 0 to -1 (read only when `overlong_penalty` is on); 0.2 is DAPO's
-# 4096-token buffer on a 20480-token budget.
+# ----------------------------------------------------------------------------- objectives
 
-PRESETS: dict[str, dict] = {
+
+@dataclass(frozen=True)
+class Objective:
+    """Every choice of an RLVR objective, as one typed record read by the loop and trainer.
+
+    A preset is an instance (`PRESETS`); a run's `loss.*` overrides are applied with
+    `dataclasses.replace`. Names are checked against the registries above. The defaults are
+    the library's ("off" for every refinement), not any one paper's.
+    """
+
+    # advantages (group_advantages)
+    advantage_std_normalize: bool = False
+    advantage_leave_one_out: bool = False
+    # the clipped surrogate (policy_loss)
+    ratio_level: str = "token"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    aggregation: str = "seq-mean-token-mean"
+    norm_length: int | None = None  # None: the loop's max_new_tokens
+    # KL to the frozen reference, in the loss
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    # dynamic sampling: drop groups whose rewards are all equal, and refill
+    dynamic_sampling: bool = False
+    # DAPO's soft overlong punishment (shaping.SHAPING_TERMS): `overlong_buffer_frac` is the
+    # share of max_new_tokens, at the end of the budget, over which it ramps from 0 to -1;
+    # 0.2 is DAPO's 4096-token buffer on a 20480-token budget.
+    overlong_penalty: bool = False
+    overlong_buffer_frac: float = 0.2
+    # behaviour correction of pi_old / mu (BEHAVIOUR_CORRECTIONS)
+    is_correction: str = "none"
+    is_threshold: float = 2.0
+    # length shaping terms that no preset sets (shaping.SHAPING_TERMS; 0 is off)
+    length_penalty_per_token: float = 0.0
+    adaptive_length_penalty: float = 0.0
+    # the policy gradient on the top-rho share of tokens by entropy only (1: all tokens)
+    entropy_top_rho: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_name("ratio_level", self.ratio_level, RATIO_LEVELS)
+        _check_name("aggregation", self.aggregation, AGGREGATIONS)
+        _check_name("kl kind", self.kl_kind, KL_ESTIMATORS)
+        _check_name("is_correction", self.is_correction, BEHAVIOUR_CORRECTIONS)
+
+
+PRESETS: dict[str, Objective] = {
     # GRPO (Shao et al. 2024, DeepSeekMath): group-relative advantages, PPO token ratios
     # clipped at 0.2, per-sequence token mean (1/|y_i|), k3 KL to the reference in the loss
     # with beta = 0.04. The paper also divides by the group std; our design makes that a
     # flag, off by default (`loss.advantage_std_normalize=true` restores it), because it
     # up-weights near-uniform groups (Dr. GRPO's question-difficulty bias).
-    "grpo": {
-        "advantage_std_normalize": False,
-        "advantage_leave_one_out": False,
-        "ratio_level": "token",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-        "aggregation": "seq-mean-token-mean",
-        "norm_length": None,
-        "kl_coef": 0.04,
-        "kl_kind": "k3",
-        "dynamic_sampling": False,
-        "overlong_penalty": False,
-        "overlong_buffer_frac": 0.2,
-    },
+    "grpo": Objective(
+        advantage_std_normalize=False, ratio_level="token", clip_low=0.2, clip_high=0.2,
+        aggregation="seq-mean-token-mean", kl_coef=0.04, kl_kind="k3"),
     # Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): removes GRPO's two
     # normalisations that bias optimisation: no std division (question-difficulty bias)
     # and no 1/|y_i| (length bias; sum tokens and divide by a constant). No KL term.
-    "dr_grpo": {
-        "advantage_std_normalize": False,
-        "advantage_leave_one_out": False,
-        "ratio_level": "token",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-        "aggregation": "seq-mean-token-sum-norm",
-        "norm_length": None,
-        "kl_coef": 0.0,
-        "kl_kind": "k3",
-        "dynamic_sampling": False,
-        "overlong_penalty": False,
-        "overlong_buffer_frac": 0.2,
-    },
+    "dr_grpo": Objective(
+        advantage_std_normalize=False, ratio_level="token", clip_low=0.2, clip_high=0.2,
+        aggregation="seq-mean-token-sum-norm", kl_coef=0.0),
     # DAPO (Yu et al. 2025): clip-higher (0.2 / 0.28) against entropy collapse,
     # token-level mean, dynamic sampling (drop groups whose rewards are all equal and
     # refill), soft overlong punishment instead of truncation noise, no KL.
-    "dapo": {
-        "advantage_std_normalize": True,
-        "advantage_leave_one_out": False,
-        "ratio_level": "token",
-        "clip_low": 0.2,
-        "clip_high": 0.28,
-        "aggregation": "token-mean",
-        "norm_length": None,
-        "kl_coef": 0.0,
-        "kl_kind": "k3",
-        "dynamic_sampling": True,
-        "overlong_penalty": True,
-        "overlong_buffer_frac": 0.2,
-    },
+    "dapo": Objective(
+        advantage_std_normalize=True, ratio_level="token", clip_low=0.2, clip_high=0.28,
+        aggregation="token-mean", kl_coef=0.0, dynamic_sampling=True, overlong_penalty=True,
+        overlong_buffer_frac=0.2),
     # GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one length-normalised
     # sequence ratio (geometric mean of token ratios) clipped as a unit, with the paper's
     # very narrow range (3e-4 / 4e-4); group-normalised advantages, no KL.
-    "gspo": {
-        "advantage_std_normalize": True,
-        "advantage_leave_one_out": False,
-        "ratio_level": "sequence_mean",
-        "clip_low": 3e-4,
-        "clip_high": 4e-4,
-        "aggregation": "seq-mean-token-mean",
-        "norm_length": None,
-        "kl_coef": 0.0,
-        "kl_kind": "k3",
-        "dynamic_sampling": False,
-        "overlong_penalty": False,
-        "overlong_buffer_frac": 0.2,
-    },
+    "gspo": Objective(
+        advantage_std_normalize=True, ratio_level="sequence_mean", clip_low=3e-4,
+        clip_high=4e-4, aggregation="seq-mean-token-mean", kl_coef=0.0),
     # Sequence-level PPO: the exact likelihood ratio of the completion, the unit the
     # verifier rewards, clipped at 0.2; mean-centred advantages (the library default), no
     # KL. The ratio's spread grows with length, so it suits short completions.
-    "sequence": {
-        "advantage_std_normalize": False,
-        "advantage_leave_one_out": False,
-        "ratio_level": "sequence",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-        "aggregation": "seq-mean-token-mean",
-        "norm_length": None,
-        "kl_coef": 0.0,
-        "kl_kind": "k3",
-        "dynamic_sampling": False,
-        "overlong_penalty": False,
-        "overlong_buffer_frac": 0.2,
-    },
+    "sequence": Objective(
+        advantage_std_normalize=False, ratio_level="sequence", clip_low=0.2, clip_high=0.2,
+        aggregation="seq-mean-token-mean", kl_coef=0.0),
 }

@@ -3,14 +3,23 @@
 Pure functions on tensors (or anything `torch.as_tensor` accepts); each returns a term to
 *add* to the verifier's rewards (`[N]`, <= 0). Groups are consecutive blocks of
 `group_size` rows that share a prompt, as in `objectives.group_advantages`.
+
+`SHAPING_TERMS` registers each term by the `Objective` field that switches it on, and
+`shape_rewards` adds every term an objective enables: a new term is a new entry, not a new
+branch in the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .objectives import Objective
 
 
 def _as_float(x) -> Tensor:
@@ -95,3 +104,80 @@ def difficulty_buckets(success_rates: Tensor | Sequence[float]) -> list[str]:
         else:
             buckets.append("medium")
     return buckets
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class ShapingInputs:
+    """What a shaping term may read: the verifier's rewards and the completion lengths
+    (`[N]`, groups of `group_size` consecutive rows), and the generation budget."""
+
+    rewards: Tensor
+    lengths: Tensor
+    group_size: int
+    max_length: int
+
+
+@dataclass(frozen=True)
+class ShapingTerm:
+    """`term(inputs, objective)` is the `[N]` term to add, or None where the objective leaves
+    it off; `metric`, if set, names the batch mean logged for it."""
+
+    term: Callable[[ShapingInputs, Objective], Tensor | None]
+    metric: str | None = None
+
+
+SHAPING_TERMS: dict[str, ShapingTerm] = {}
+
+
+def register_shaping(name: str, metric: str | None = None):
+    def add(fn: Callable[[ShapingInputs, Objective], Tensor | None]):
+        SHAPING_TERMS[name] = ShapingTerm(fn, metric)
+        return fn
+
+    return add
+
+
+@register_shaping("length_penalty_per_token")
+def constant_length_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
+    """`constant_length_penalty` at `objective.length_penalty_per_token` (off at 0)."""
+    if objective.length_penalty_per_token <= 0:
+        return None
+    return constant_length_penalty(inputs.lengths, objective.length_penalty_per_token)
+
+
+@register_shaping("overlong_penalty", metric="length/overlong_penalty_mean")
+def overlong_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
+    """DAPO's `soft_overlong_penalty`, its buffer `overlong_buffer_frac` of the budget
+    (rounded, at least one token)."""
+    if not objective.overlong_penalty:
+        return None
+    buffer = max(1, int(round(objective.overlong_buffer_frac * inputs.max_length)))
+    return soft_overlong_penalty(inputs.lengths, inputs.max_length, buffer)
+
+
+@register_shaping("adaptive_length_penalty", metric="length/adaptive_penalty_mean")
+def adaptive_length_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
+    """`adaptive_length_penalty` at strength `objective.adaptive_length_penalty` (off at 0),
+    on the verifier's rewards (not on the already shaped ones)."""
+    if objective.adaptive_length_penalty <= 0:
+        return None
+    return adaptive_length_penalty(inputs.rewards, inputs.lengths, inputs.group_size,
+                                   strength=objective.adaptive_length_penalty)
+
+
+def shape_rewards(inputs: ShapingInputs, objective: Objective) -> tuple[Tensor, dict[str, float]]:
+    """`R_i + sum_k term_k(i)` over the terms `objective` switches on, added in registry
+    order, and the batch mean of each term that names a metric."""
+    rewards = inputs.rewards.clone()
+    stats: dict[str, float] = {}
+    for shaping in SHAPING_TERMS.values():
+        term = shaping.term(inputs, objective)
+        if term is None:
+            continue
+        rewards += term
+        if shaping.metric is not None:
+            stats[shaping.metric] = float(term.mean())
+    return rewards, stats

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -81,10 +80,10 @@ def _chunks(index: torch.Tensor, size: int) -> list[torch.Tensor]:
 class PolicyTrainer:
     """The learner side of RLVR: owns the trainable model, the reference and the optimiser."""
 
-    def __init__(self, model, reference, loss: dict[str, Any], *, lr: float, weight_decay: float,
-                 warmup_steps: int, grad_clip: float, minibatches: int, epochs: int,
-                 micro_batch_size: int, temperature: float) -> None:
-        self.model, self.reference, self.loss = model, reference, loss
+    def __init__(self, model, reference, objective: objectives.Objective, *, lr: float,
+                 weight_decay: float, warmup_steps: int, grad_clip: float, minibatches: int,
+                 epochs: int, micro_batch_size: int, temperature: float) -> None:
+        self.model, self.reference, self.objective = model, reference, objective
         self.grad_clip, self.minibatches, self.epochs = grad_clip, minibatches, epochs
         self.micro_batch_size, self.temperature = micro_batch_size, temperature
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
@@ -111,11 +110,6 @@ class PolicyTrainer:
             for idx in _chunks(torch.arange(len(minibatch)), self.micro_batch_size)])
         return objectives.top_entropy_mask(entropy, minibatch.mask, rho)
 
-    def _loss_kwargs(self) -> dict[str, Any]:
-        keys = ("ratio_level", "clip_low", "clip_high", "aggregation", "norm_length",
-                "is_correction", "is_threshold", "kl_coef", "kl_kind")
-        return {k: self.loss[k] for k in keys}
-
     # -- the update ----------------------------------------------------------------------
     def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> dict[str, float]:
         self.model.train()
@@ -126,14 +120,14 @@ class PolicyTrainer:
         # we run anyway, detached; a separate pass would recompute the same numbers.
         single_pass = updates == 1
         old_logp = None if single_pass else self._forward_no_grad(self.model, batch)
-        kl_coef = self.loss["kl_coef"]
+        o = self.objective
         ref_logp = (self._forward_no_grad(self.reference, batch)
-                    if kl_coef > 0 and self.reference is not None else None)
+                    if o.kl_coef > 0 and self.reference is not None else None)
 
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         entropies, grad_norms = [], []
-        rho = self.loss.get("entropy_top_rho", 1.0)
+        rho = o.entropy_top_rho
         logp_first = torch.zeros_like(batch.mask)
         entropy_first = torch.zeros_like(batch.mask)
         for epoch in range(self.epochs):
@@ -161,7 +155,10 @@ class PolicyTrainer:
                         behaviour_logp=micro.sampler_logprobs,
                         ref_logp=None if ref_logp is None else ref_logp[idx],
                         num_sequences=len(mb_index), num_tokens=mb_tokens,
-                        **self._loss_kwargs())
+                        ratio_level=o.ratio_level, clip_low=o.clip_low, clip_high=o.clip_high,
+                        aggregation=o.aggregation, norm_length=o.norm_length,
+                        is_correction=o.is_correction, is_threshold=o.is_threshold,
+                        kl_coef=o.kl_coef, kl_kind=o.kl_kind)
                     loss.backward()
                     if epoch == 0:
                         logp_first[idx], entropy_first[idx] = logp.detach(), entropy.detach()
