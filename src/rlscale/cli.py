@@ -89,9 +89,11 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
     from .config import load_config
     from .rlvr.config import SFTConfig
     from .rlvr.distill import sft
+    from .runtime.trackers import check_trackers
 
     def go():
         cfg = load_config(SFTConfig, config, overrides or [])
+        check_trackers(cfg.logging)  # before any work, not after the model is loaded
         path = sft(cfg, overwrite=overwrite)
         typer.echo(f"model written to {path}")
 
@@ -129,9 +131,11 @@ def train_command(
     from .config import load_config
     from .rlvr.config import RLVRConfig
     from .rlvr.loop import train
+    from .runtime.trackers import check_trackers
 
     def go():
         cfg = load_config(RLVRConfig, config, overrides or [])
+        check_trackers(cfg.logging)  # before any work, not after the model is loaded
         path = train(cfg, resume=resume, overwrite=overwrite,
                      allow_config_change=allow_config_change)
         typer.echo(f"final model written to {path}")

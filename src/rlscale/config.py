@@ -25,6 +25,18 @@ class StrictModel(pydantic.BaseModel):
 M = TypeVar("M", bound=StrictModel)
 
 
+class LoggingConfig(StrictModel):
+    """Experiment trackers beside metrics.jsonl and TensorBoard (runtime/trackers.py). Their
+    files live in the run directory: `wandb/` (offline unless wandb has credentials) and
+    `trackio/` (a local database)."""
+
+    wandb: bool = pydantic.Field(False, description="mirror the metrics to Weights & Biases")
+    trackio: bool = pydantic.Field(False, description="mirror the metrics to trackio")
+    project: str = pydantic.Field("rlscale", min_length=1, description="the trackers' project")
+    run_name: str | None = pydantic.Field(
+        None, description="the run's name in the trackers; None: the run directory's name")
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string; read floats as YAML 1.2
     and everyone else does."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import StrictModel
+from ..config import LoggingConfig, StrictModel
 
 if TYPE_CHECKING:
     from .objectives import Objective
@@ -118,7 +118,7 @@ class HealthConfig(StrictModel):
 # Fields a `--resume` may change without --allow-config-change: they change speed or logging,
 # never the math of a step (train.steps may only grow; the loop checks that).
 RESUME_FREE_FIELDS = ("run_dir", "train.steps", "train.threads", "train.post_update_stats",
-                      "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress",
+                      "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",
                       "runtime.address", "runtime.worker_threads")
 
 
@@ -154,6 +154,7 @@ class RLVRConfig(StrictModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     tensorboard: bool = True
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     progress: bool = True
 
     @model_validator(mode="after")
@@ -199,6 +200,7 @@ class SFTConfig(StrictModel):
     seed: int = 0
     threads: int = Field(0, ge=0)
     tensorboard: bool = True
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     progress: bool = True
 
     @model_validator(mode="after")

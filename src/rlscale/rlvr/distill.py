@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import dump_config
+from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
 from ..runtime.metrics import MetricsLogger, StepProgress
+from ..runtime.trackers import open_trackers
 from .config import SFTConfig
 from .model import PromptFormatter, build_tiny_model, load_model, save_model
 from .tasks import make_task
@@ -87,7 +88,8 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard)
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, trackers=open_trackers(
+        cfg.logging, run_dir, config_to_dict(cfg)))
     progress = StepProgress(cfg.steps, f"sft {cfg.task.name}", enabled=cfg.progress,
                             fields=("loss", "tok/s"))
     rng = random.Random(cfg.seed)

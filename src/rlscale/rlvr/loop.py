@@ -25,6 +25,7 @@ from ..runtime import rundir
 from ..runtime.fleet import ray_session
 from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
+from ..runtime.trackers import open_trackers
 from ..runtime.versions import staleness
 from . import objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
@@ -326,8 +327,10 @@ class RLVRRun:
             print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
             return final
         guard = NonFiniteGuard(cfg.health.max_nonfinite_steps)
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
-                               resume_step=self.step if self.start_step else None)
+        resume_step = self.step if self.start_step else None
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, resume_step=resume_step,
+                               trackers=open_trackers(cfg.logging, self.run_dir,
+                                                      config_to_dict(cfg), resume_step))
         progress = StepProgress(cfg.train.steps, f"{cfg.objective} {cfg.task.name}",
                                 enabled=cfg.progress, completed=self.step,
                                 fields=("reward", "pass@1", "entropy", "kl", "tok/s"))

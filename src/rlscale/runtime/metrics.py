@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON object per line in metrics.jsonl, mirrored to TensorBoard."""
+"""Per-step metrics: one JSON object per line in metrics.jsonl, mirrored to TensorBoard and to
+the experiment trackers the run turned on (trackers.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .trackers import Tracker
 
 
 def _clean(value: Any) -> Any:
@@ -19,11 +23,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _scalar(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 class MetricsLogger:
     def __init__(
-        self, run_dir: str | Path, *, tensorboard: bool = True, resume_step: int | None = None
+        self, run_dir: str | Path, *, tensorboard: bool = True, resume_step: int | None = None,
+        trackers: Sequence[Tracker] = (),
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.trackers = list(trackers)  # closed by close()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
         if self.path.exists():
@@ -50,10 +60,12 @@ class MetricsLogger:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
+        scalars = {k: v for k, v in row.items() if k != "step" and _scalar(v)}
         if self._tb is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, step)
+        for tracker in self.trackers:
+            tracker.log(step, scalars)
         return row
 
     def log_histogram(self, step: int, name: str, values: Any) -> None:
@@ -64,6 +76,17 @@ class MetricsLogger:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        trackers, self.trackers = self.trackers, []
+        _close_all(trackers)
+
+
+def _close_all(trackers: list[Tracker]) -> None:
+    """Close every tracker, even when one fails (its error is raised after the others)."""
+    if trackers:
+        try:
+            trackers[0].close()
+        finally:
+            _close_all(trackers[1:])
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -33,9 +33,10 @@ import yaml
 
 LOCK_NAME = ".lock"
 CHANGES_NAME = "config_changes.jsonl"
-# What rlscale writes at the top of a run directory (checkpoint.py, metrics.py, the loops).
+# What rlscale writes at the top of a run directory (checkpoint.py, metrics.py, the loops;
+# wandb/ and trackio/ are the experiment trackers' folders, trackers.py).
 RUN_ENTRIES = frozenset({"config.yaml", "metrics.jsonl", "tb", "checkpoints", "final",
-                         CHANGES_NAME, LOCK_NAME})
+                         "wandb", "trackio", CHANGES_NAME, LOCK_NAME})
 # A model folder rlscale wrote carries this file, so `--overwrite` can tell it from a user's.
 MODEL_MARKER = ".rlscale-model"
 

@@ -35,11 +35,13 @@ def train(
 ) -> None:
     """Self-play, learn, checkpoint; `--resume` continues exactly where a run stopped."""
     from rlscale.runtime.health import NonFiniteError
+    from rlscale.runtime.trackers import check_trackers
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.loop import train as run_training
 
     try:
         cfg = load_config(ZeroConfig, config, overrides or [])
+        check_trackers(cfg.logging)  # before the run directory is touched
         if out is not None:
             cfg.out = str(out)
         result = run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,

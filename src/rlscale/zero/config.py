@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from rlscale.config import ConfigError, StrictModel, set_dotted
+from rlscale.config import ConfigError, LoggingConfig, StrictModel, set_dotted
 
 
 class GameConfig(StrictModel):
@@ -125,7 +125,7 @@ class HealthConfig(StrictModel):
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
 RESUME_FREE_FIELDS = ("name", "out", "train.iterations", "train.max_minutes", "train.threads",
-                      "checkpoint.*", "health.*")
+                      "checkpoint.*", "health.*", "logging.*")
 
 
 def _first_error(err: pydantic.ValidationError) -> str:
@@ -134,9 +134,10 @@ def _first_error(err: pydantic.ValidationError) -> str:
     return ".".join(str(x) for x in first["loc"]) + ": " + first["msg"]
 
 
-# Sections a stage may not change: they define what the run is. The network may grow (see
-# network.grow_network: the bigger net starts as the same function).
-_FIXED_IN_A_RUN = ("name", "out", "game", "network", "stages")
+# Sections a stage may not change: they define what the run is (and the trackers of `logging`
+# are opened once per run). The network may grow (see network.grow_network: the bigger net
+# starts as the same function).
+_FIXED_IN_A_RUN = ("name", "out", "game", "network", "stages", "logging")
 _GROWABLE = ("network.blocks", "network.value_channels")
 
 
@@ -155,6 +156,7 @@ class ZeroConfig(StrictModel):
     train: TrainConfig = TrainConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     health: HealthConfig = HealthConfig()
+    logging: LoggingConfig = LoggingConfig()  # W&B / trackio beside TensorBoard
     # Stages: {iteration: {dotted.key: value}} changes settings from that iteration on, e.g.
     # {116: {train.lr: 5e-4, train.value_target_mix: 0.5, replay.capacity: 300000}}. At a
     # stage's first iteration the loop checkpoints and resumes itself with the new settings,

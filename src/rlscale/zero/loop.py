@@ -38,6 +38,7 @@ from rlscale.runtime.checkpoint import (
 )
 from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
+from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightStore, staleness
 from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig
 from rlscale.zero.games import make_game
@@ -328,9 +329,9 @@ def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
               "nothing to do")
         return TrainResult(run_dir, run.counters, final, {})
     dump_config(cfg, run_dir / "config.yaml")
-    logger = MetricsLogger(
-        run_dir, resume_step=run.counters.iteration if resumed_from is not None else None
-    )
+    resume_step = run.counters.iteration if resumed_from is not None else None
+    logger = MetricsLogger(run_dir, resume_step=resume_step, trackers=open_trackers(
+        cfg.logging, run_dir, config_to_dict(cfg), resume_step))
     guard = NonFiniteGuard(cfg.health.max_nonfinite_steps, what="iteration")
     started = time.perf_counter()
     metrics: dict[str, Any] = {}
