@@ -12,12 +12,15 @@ from rlscale.rlvr.objectives import (
     RATIO_LEVELS,
     Aggregation,
     Objective,
+    demonstration_loss,
+    dft_loss,
     group_advantages,
     kl_penalty,
     masked_mean,
     policy_loss,
     sequence_level_loss,
     sequence_ratio,
+    sft_loss,
     token_entropy_from_logits,
     token_level_loss,
     top_entropy_mask,
@@ -558,3 +561,79 @@ def test_aggregation_record_reads_its_counts():
           6 / (3 * 2))
     with pytest.raises(ValueError, match="unknown aggregation"):
         Aggregation("mean")
+
+
+# ----------------------------------------------------------------------------- SFT and DFT
+
+LOG2, LOG4 = math.log(2.0), math.log(4.0)
+
+
+def sft_batch():
+    # two targets: probabilities [1/2, 1/4, pad] and [1/8, pad, pad]; padding holds -inf,
+    # as a log-prob of an impossible token would
+    logp = torch.tensor([[-LOG2, -LOG4, -math.inf], [-math.log(8.0), -math.inf, -math.inf]],
+                        dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=F64)
+    return logp, mask
+
+
+def test_sft_and_dft_losses_by_hand():
+    logp, mask = sft_batch()
+    log8 = math.log(8.0)
+    # SFT: -log p per target token
+    close(sft_loss(logp, mask), [[LOG2, LOG4, 0.0], [log8, 0.0, 0.0]])
+    # DFT: -p log p with the token's own probability
+    close(dft_loss(logp, mask), [[0.5 * LOG2, 0.25 * LOG4, 0.0], [log8 / 8, 0.0, 0.0]])
+    # DFT, sequence weight: pi(y*|x) = 1/2 * 1/4 = 1/8 for both tokens of row 1; 1/8 in row 2
+    close(dft_loss(logp, mask, weight="sequence"),
+          [[LOG2 / 8, LOG4 / 8, 0.0], [log8 / 8, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="probability weight"):
+        dft_loss(logp, mask, weight="one")
+    with pytest.raises(ValueError, match="unknown dft weight"):
+        dft_loss(logp, mask, weight="tokens")
+
+
+def test_demonstration_loss_aggregates_and_reports():
+    logp, mask = sft_batch()
+    log8 = math.log(8.0)
+    # token mean over the 3 target tokens
+    loss, metrics = demonstration_loss(logp, mask)
+    close(loss, (LOG2 + LOG4 + log8) / 3)
+    assert metrics["nll"] == pytest.approx((LOG2 + LOG4 + log8) / 3)
+    assert metrics["weight_mean"] == 1.0
+    loss, metrics = demonstration_loss(logp, mask, weight="token")
+    close(loss, (0.5 * LOG2 + 0.25 * LOG4 + log8 / 8) / 3)
+    assert metrics["nll"] == pytest.approx((LOG2 + LOG4 + log8) / 3)  # whatever the weight
+    assert metrics["weight_mean"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)
+    # the aggregation machinery of the RL losses: per-sequence token sums over 4 rows
+    loss, _ = demonstration_loss(logp, mask, aggregate=Aggregation("seq-mean-token-sum",
+                                                                   num_sequences=4))
+    close(loss, (LOG2 + LOG4 + log8) / 4)
+    assert torch.isfinite(loss)
+
+
+def test_dft_gradient_is_sft_gradient_times_the_detached_probability():
+    # per token, d/dlogp of -sg(p) log p is -p; of -log p it is -1
+    logp, mask = sft_batch()
+    logp = logp.clone().requires_grad_(True)
+    sft_grad, = torch.autograd.grad(sft_loss(logp, mask).sum(), logp)
+    dft_grad, = torch.autograd.grad(dft_loss(logp, mask).sum(), logp)
+    close(sft_grad, -mask)
+    close(dft_grad, [[-0.5, -0.25, 0.0], [-0.125, 0.0, 0.0]])
+    assert torch.isfinite(sft_grad).all() and torch.isfinite(dft_grad).all()
+    # through a softmax over logits (the parameters): token by token, DFT's gradient is
+    # SFT's scaled by sg(pi(y*_t)); the sequence weight scales them all by pi(y*|x)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=generator, dtype=F64, requires_grad=True)
+    targets = torch.tensor([[1, 4, 0], [2, 2, 3]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
+    logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    prob = logp.detach().exp()
+    for i, t in ((0, 0), (0, 2), (1, 1)):
+        sft_t, = torch.autograd.grad(sft_loss(logp, mask)[i, t], logits, retain_graph=True)
+        dft_t, = torch.autograd.grad(dft_loss(logp, mask)[i, t], logits, retain_graph=True)
+        close(dft_t, prob[i, t] * sft_t, 1e-12)
+    sequence_prob = torch.exp((logp.detach() * mask).sum(-1))
+    sft_all, = torch.autograd.grad(sft_loss(logp, mask).sum(-1)[1], logits, retain_graph=True)
+    dft_all, = torch.autograd.grad(dft_loss(logp, mask, weight="sequence").sum(-1)[1], logits)
+    close(dft_all, sequence_prob[1] * sft_all, 1e-12)

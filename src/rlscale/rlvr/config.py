@@ -192,6 +192,12 @@ class SFTConfig(StrictModel):
         None, description="start from a freshly built preset (e.g. tiny) instead of model.path")
     task: TaskConfig = Field(default_factory=TaskConfig)
     data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    loss: Literal["sft", "dft"] = Field(
+        "sft", description="sft: -log pi(y*_t) per token; dft: -sg(p) * log pi(y*_t), Dynamic "
+        "Fine-Tuning (Wu et al. 2025); see docs/objectives.md")
+    dft_weight: Literal["token", "sequence"] = Field(
+        "token", description="dft's p: the token's probability pi(y*_t | ...) or the whole "
+        "target's pi(y* | x)")
     steps: int = Field(1000, ge=1)
     batch_size: int = Field(128, ge=1)
     lr: float = Field(3e-3, gt=0)

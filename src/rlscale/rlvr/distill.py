@@ -1,9 +1,12 @@
 """Supervised fine-tuning on task demonstrations: the starting point for RL.
 
-The loss is the mean negative log-likelihood of completion tokens (the prompt is context,
-not a target). `data.wrong_share` of the demonstrations are deliberately corrupted with the
-task's own `corrupt` (a wrong digit, a broken format), so the base model puts real
-probability on wrong answers and RL has measurable headroom to remove it.
+The loss is the per-token policy-gradient loss of `objectives` on the completion tokens
+(the prompt is context, not a target), aggregated by token mean: `loss: sft` weighs every
+token by 1 (the mean negative log-likelihood, as the Hugging Face `labels` loss), `loss: dft`
+by its detached probability (DFT). `data.wrong_share` of the demonstrations are
+deliberately corrupted with the task's own `corrupt` (a wrong digit, a broken format), so
+the base model puts real probability on wrong answers and RL has measurable headroom to
+remove it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
+from . import objectives
 from .config import SFTConfig
 from .model import PromptFormatter, build_tiny_model, load_model, save_model
 from .tasks import make_task
@@ -53,6 +57,22 @@ def collate(pairs: list[tuple[list[int], list[int]]], pad_id: int):
         attention[i, : len(seq)] = 1
         labels[i, len(p): len(seq)] = torch.tensor(c)
     return ids, attention, labels
+
+
+def target_logprobs(model, ids: torch.Tensor, attention: torch.Tensor,
+                    labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[B, L - 1]` log pi(y_t | y_<t) of each next token, and the mask of the targets
+    (labels other than -100). The logit at position t predicts token t + 1."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    targets = labels[:, 1:]
+    logp = logits.log_softmax(-1).gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return logp, (targets != -100).float()
+
+
+def demonstration_weight(cfg: SFTConfig) -> str:
+    """The per-token weight (objectives.DEMONSTRATION_WEIGHTS) of `cfg.loss`: 1 for sft,
+    DFT's detached token or sequence probability for dft."""
+    return {"sft": "one", "dft": cfg.dft_weight}[cfg.loss]
 
 
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> Path:
@@ -93,20 +113,23 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
     progress = StepProgress(cfg.steps, f"sft {cfg.task.name}", enabled=cfg.progress,
                             fields=("loss", "tok/s"))
     rng = random.Random(cfg.seed)
+    weight = demonstration_weight(cfg)
     model.train()
     try:
         for step in range(1, cfg.steps + 1):
             t0 = time.perf_counter()
             ids, attention, labels = collate(rng.sample(pairs, min(cfg.batch_size, len(pairs))),
                                              tokenizer.pad_token_id)
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            logp, mask = target_logprobs(model, ids, attention, labels)
+            loss, metrics = objectives.demonstration_loss(logp, mask, weight=weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             tokens = int((labels != -100).sum())
-            row = logger.log(step, {"sft/loss": float(loss.detach()), "sft/lr": scheduler.get_last_lr()[0],
+            row = logger.log(step, {**{f"sft/{k}": v for k, v in metrics.items()},
+                                    "sft/lr": scheduler.get_last_lr()[0],
                                     "throughput/tokens_per_s": tokens / (time.perf_counter() - t0)})
             progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
     finally:

@@ -1,0 +1,64 @@
+"""`rlscale sft` through the shared per-token loss: `loss: sft` is the Hugging Face `labels`
+loss, `loss: dft` weighs each token by its detached probability."""
+
+import json
+
+import pytest
+import torch
+
+from rlscale.config import ConfigError, load_config
+from rlscale.rlvr import objectives
+from rlscale.rlvr.config import SFTConfig
+from rlscale.rlvr.distill import (
+    build_demonstrations,
+    collate,
+    demonstration_weight,
+    sft,
+    target_logprobs,
+)
+from rlscale.rlvr.model import build_tiny_model
+
+torch.set_num_threads(1)
+
+
+def test_sft_loss_equals_the_hugging_face_labels_loss():
+    cfg = load_config(SFTConfig, None, ["init_preset=tiny", "data.examples=32",
+                                        "data.wrong_share=0.4"])
+    model, tokenizer = build_tiny_model("tiny", seed=0)
+    ids, attention, labels = collate(build_demonstrations(cfg, tokenizer), tokenizer.pad_token_id)
+    params = list(model.parameters())
+    reference = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    reference_grads = torch.autograd.grad(reference, params)
+    logp, mask = target_logprobs(model, ids, attention, labels)
+    assert int(mask.sum()) == int((labels != -100).sum())
+    loss, metrics = objectives.demonstration_loss(logp, mask, weight=demonstration_weight(cfg))
+    grads = torch.autograd.grad(loss, params)
+    assert abs(loss.item() - reference.item()) < 1e-6
+    assert metrics["nll"] == pytest.approx(reference.item(), abs=1e-6)
+    for ours, theirs in zip(grads, reference_grads, strict=True):
+        assert torch.allclose(ours, theirs, atol=1e-7, rtol=1e-5)
+
+
+def test_loss_keys_choose_the_weight():
+    assert demonstration_weight(load_config(SFTConfig, None, ["init_preset=tiny"])) == "one"
+    dft = load_config(SFTConfig, None, ["init_preset=tiny", "loss=dft"])
+    assert demonstration_weight(dft) == "token"
+    sequence = load_config(SFTConfig, None, ["init_preset=tiny", "loss=dft",
+                                             "dft_weight=sequence"])
+    assert demonstration_weight(sequence) == "sequence"
+    with pytest.raises(ConfigError, match="'loss'"):
+        load_config(SFTConfig, None, ["init_preset=tiny", "loss=rl"])
+
+
+def test_dft_run_logs_its_weight_and_the_nll(tmp_path):
+    cfg = load_config(SFTConfig, None, [
+        "init_preset=tiny", f"out={tmp_path / 'run' / 'model'}", f"run_dir={tmp_path / 'run'}",
+        "loss=dft", "data.examples=64", "steps=3", "batch_size=16", "warmup_steps=0",
+        "progress=false", "tensorboard=false"])
+    sft(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert 0 < row["sft/weight_mean"] < 1
+        assert row["sft/loss"] < row["sft/nll"]  # each token's -log p scaled by its p < 1
+    assert "loss: dft" in (tmp_path / "run" / "config.yaml").read_text()
