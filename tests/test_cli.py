@@ -1,6 +1,7 @@
 """The `rlscale` command: user errors are one line and exit 2; eval prints one JSON object."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -118,6 +119,20 @@ def test_eval_json(runner, model_dir):
     assert row["n"] == 20
     assert row["samples"] == 2
     assert 0.0 <= row["pass@1"] <= row["pass@2"] <= 1.0
+
+
+def test_eval_with_a_train_config(runner, model_dir, monkeypatch):
+    """--config takes the task (a data file here, with its options) from a train config."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # the config names examples/... relative to the repository
+    result = runner.invoke(app, ["rlvr", "eval", "--model", str(model_dir), "--config",
+                                 "configs/rlvr/math_jsonl.yaml", "--prompts", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["n"] == 10 and 0.0 <= row["pass@1"] <= 1.0
+    both = runner.invoke(app, ["rlvr", "eval", "--model", str(model_dir), "--task", "arithmetic",
+                               "--config", "configs/rlvr/math_jsonl.yaml"])
+    assert_one_line_error(both, "--task", "--config")
 
 
 def test_eval_text_output(runner, model_dir):

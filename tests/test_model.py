@@ -15,7 +15,7 @@ from rlscale.rlvr.model import (
     load_model,
     save_model,
 )
-from rlscale.rlvr.tasks import examples, make_task
+from rlscale.rlvr.tasks import Example, examples, make_task
 
 
 @pytest.fixture(scope="module")
@@ -163,10 +163,10 @@ def test_unknown_preset():
 def test_prompt_formatter(tiny_dir, offline):
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     assert not getattr(tokenizer, "chat_template", None)
-    assert PromptFormatter(tokenizer)("347+85=") == "347+85="
+    assert PromptFormatter(tokenizer)(Example("347+85=", 432)) == "347+85="
     with pytest.raises(ModelLoadError, match="chat template"):
         PromptFormatter(tokenizer, chat_template=True)
     tokenizer.chat_template = (
         "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}[assistant]{% endif %}")
-    assert PromptFormatter(tokenizer, chat_template=True)("1+2=") == "[user]1+2=\n[assistant]"
+    assert PromptFormatter(tokenizer, chat_template=True)(Example("1+2=", 3)) == "[user]1+2=\n[assistant]"

@@ -45,7 +45,7 @@ def test_timeouts_score_zero_and_are_counted(kind):
     start = time.perf_counter()
     scored = score_completions(ScriptedTask(), ["1", kind, "0.5"], [EX] * 3, timeout_s=0.3)
     elapsed = time.perf_counter() - start
-    assert elapsed < 1.5
+    assert elapsed < 5.0  # the deadline, not the 10 s sleep (load-tolerant)
     assert scored.rewards == [1.0, 0.0, 0.5]
     assert scored.timeouts == 1 and scored.errors == 0
     assert "timed out" in scored.first_error
@@ -62,7 +62,7 @@ def test_mixed_batch_counts_each_kind():
     start = time.perf_counter()
     scored = score_completions(ScriptedTask(), ["loop", "raise", "sleep", "1"], [EX] * 4,
                                timeout_s=0.3)
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - start < 5.0  # not the 10 s sleep: deadlines cut both (load-tolerant)
     assert scored.rewards == [0.0, 0.0, 0.0, 1.0]
     assert (scored.timeouts, scored.errors) == (2, 1)
     assert "timed out" in scored.first_error  # the first problem in batch order
@@ -76,7 +76,7 @@ def test_deadline_holds_off_the_main_thread():
     start = time.perf_counter()
     thread.start()
     thread.join(5)
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - start < 5.0
     assert box["scored"].rewards == [0.0, 1.0] and box["scored"].timeouts == 1
 
 

@@ -64,3 +64,12 @@ class ScriptedTask:
 
     def verify(self, completion: str, example: Example) -> float:
         return misbehave(completion)
+
+
+def scripted_reward(completion: str, example: Example) -> float:
+    """A user reward function (`verifier_faults:scripted_reward`) that does what it is told."""
+    return misbehave(completion)
+
+
+def length_reward(completion: str, example: Example) -> float:
+    return float(len(completion))

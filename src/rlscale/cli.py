@@ -147,13 +147,15 @@ def train_command(
 @rlvr_app.command("eval")
 def eval_command(
     model: Annotated[Path, typer.Option(help="local HF model folder")],
-    task: Annotated[str, typer.Option(help="task name, e.g. arithmetic")],
+    task: Annotated[str | None, typer.Option(help="task name, e.g. arithmetic")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="a train config: its task (name, options), prompt format and max_new_tokens")] = None,
     split: str = "test",
     seed: int = 0,
     prompts: Annotated[int, typer.Option(help="held-out prompts to evaluate")] = 500,
     samples: Annotated[int, typer.Option(help="samples per prompt (n)")] = 0,
     k: Annotated[str, typer.Option(help="comma-separated k for pass@k")] = "1",
-    max_new_tokens: int = 8,
+    max_new_tokens: Annotated[int | None, typer.Option(help="default 8, or the config's")] = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
     chat_template: bool = False,
@@ -173,14 +175,27 @@ def eval_command(
         if not ks or min(ks) < 1:
             raise ValueError(f"--k needs positive integers, got '{k}'")
         n = samples or max(ks)
-        check_eval_arguments(prompts=prompts, samples=n, ks=ks, max_new_tokens=max_new_tokens,
+        if (task is None) == (config is None):
+            raise ValueError("give --task NAME or --config CONFIG (a train config), not both")
+        use_chat, system_prompt, new_tokens = chat_template, None, max_new_tokens or 8
+        if config is not None:
+            from .config import load_config
+            from .rlvr.config import RLVRConfig
+
+            cfg = load_config(RLVRConfig, config, [f"model.path={model}"])
+            use_chat = chat_template or cfg.model.chat_template
+            system_prompt = cfg.model.system_prompt
+            new_tokens = max_new_tokens or cfg.rollout.max_new_tokens
+            task_obj = make_task(cfg.task.name, **cfg.task.options)
+        check_eval_arguments(prompts=prompts, samples=n, ks=ks, max_new_tokens=new_tokens,
                              temperature=temperature, top_p=top_p)
-        task_obj = make_task(task)
+        if config is None:
+            task_obj = make_task(task)
         plot_path = _png_path(plot, "pass_at_k.png") if plot is not None else None
         lm, tokenizer = load_model(model)
         result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
-                          samples=n, ks=ks, max_new_tokens=max_new_tokens,
-                          temperature=temperature, top_p=top_p, chat_template=chat_template)
+                          samples=n, ks=ks, max_new_tokens=new_tokens, temperature=temperature,
+                          top_p=top_p, chat_template=use_chat, system_prompt=system_prompt)
         if plot is not None:
             from .rlvr.plots import plot_pass_at_k
 

@@ -21,11 +21,26 @@ class ModelConfig(StrictModel):
     path: str = Field(description="local Hugging Face model folder (config.json, weights, tokenizer)")
     dtype: Literal["float32", "bfloat16"] = "float32"
     chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
+    system_prompt: str | None = Field(
+        None, description="a system message before every prompt (chat); plain models: a prefix line")
+
+
+class RewardTermConfig(StrictModel):
+    fn: str = Field(description="verifier (the task's own), format (the answer in the task's "
+                    "tags), or package.module:function called as (completion, example) -> float")
+    weight: float = 1.0
+    name: str | None = Field(None, description="logged as reward/<name>; default from fn")
 
 
 class TaskConfig(StrictModel):
-    name: str = "arithmetic"
+    name: str = Field("arithmetic", description="arithmetic, countdown, reasoning_gym:<dataset>, "
+                      "jsonl:<path>, parquet:<path> or hf:<folder> (docs/tasks.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="task constructor options")
+    reward: str | None = Field(
+        None, description="the training reward, one function: package.module:function (or "
+        "verifier / format); default: the task's verifier")
+    rewards: list[RewardTermConfig] = Field(
+        default_factory=list, description="the training reward as a weighted sum of terms")
     verifier_timeout_s: float = Field(2.0, gt=0, description="a slower verifier scores 0")
     verifier_workers: int = Field(
         1, ge=1, description="verifier worker processes; each uses a core while it scores")
@@ -34,6 +49,12 @@ class TaskConfig(StrictModel):
     verifier_memory_mb: int = Field(
         2048, ge=128, description="address-space limit of each verifier worker; an allocation "
         "past it raises MemoryError in the verifier (scored 0, counted as an error)")
+
+    @model_validator(mode="after")
+    def _one_reward_spec(self) -> TaskConfig:
+        if self.reward is not None and self.rewards:
+            raise ValueError("give task.reward or task.rewards, not both")
+        return self
 
 
 class RolloutConfig(StrictModel):

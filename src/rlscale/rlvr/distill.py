@@ -33,14 +33,15 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
     task = make_task(cfg.task.name, **cfg.task.options)
     if cfg.data.wrong_share > 0 and not hasattr(task, "corrupt"):
         raise ValueError(f"task '{task.name}' cannot make wrong demonstrations (no corrupt())")
-    fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False)
+    fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False,
+                          cfg.model.system_prompt if cfg.model else None)
     rng = random.Random(f"sft:{cfg.data.seed}")
     pairs = []
     for _ in range(cfg.data.examples):
         ex = task.sample("train", rng)
         wrong = rng.random() < cfg.data.wrong_share
         text = task.corrupt(ex, rng) if wrong else task.demonstration(ex, rng)
-        prompt = tokenizer(fmt(ex.prompt), add_special_tokens=False)["input_ids"]
+        prompt = tokenizer(fmt(ex), add_special_tokens=False)["input_ids"]
         completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         pairs.append((prompt, completion))
     return pairs

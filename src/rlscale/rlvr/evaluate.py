@@ -62,7 +62,8 @@ def check_eval_arguments(*, prompts: int, samples: int, ks: tuple[int, ...],
 def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0,
              prompts: int = 500, samples: int = 1, ks: tuple[int, ...] = (1,),
              max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
-             chat_template: bool = False, batch_size: int = 512,
+             chat_template: bool = False, system_prompt: str | None = None,
+             batch_size: int = 512,
              verifiers: VerifierPool | None = None) -> EvalResult:
     """`verifiers`: the run's pool for `task` (its workers, deadline and memory limit);
     without one, completions are scored in the shared one-worker pool."""
@@ -72,7 +73,7 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per prompt, got {samples}")
     start = time.perf_counter()
     model.eval()
-    fmt = PromptFormatter(tokenizer, chat_template)
+    fmt = PromptFormatter(tokenizer, chat_template, system_prompt)
     items = examples(task, split, seed, prompts)
     expanded = [ex for ex in items for _ in range(samples)]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
@@ -81,7 +82,7 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     total_length = 0
     for lo in range(0, len(expanded), batch_size):
         chunk = expanded[lo: lo + batch_size]
-        ids = [tokenizer(fmt(ex.prompt), add_special_tokens=False)["input_ids"] for ex in chunk]
+        ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in chunk]
         rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
                            pad_token_id=tokenizer.pad_token_id, generator=generator)
         texts = decode_completions(tokenizer, rollout)

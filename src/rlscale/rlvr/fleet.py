@@ -174,7 +174,7 @@ class FleetRollouts:
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
         self.size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
         self.dynamic_sampling = dynamic_sampling
-        self.format = PromptFormatter(tokenizer, cfg.model.chat_template)
+        self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         self.accounting = FleetAccounting()
         self._cv = threading.Condition()
         self._stop = threading.Event()
@@ -315,7 +315,7 @@ class FleetRollouts:
                 self.accounting.admitted += 1
             rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
             example = self.task.sample("train", rng)
-            ids = tuple(self.tokenizer(self.format(example.prompt),
+            ids = tuple(self.tokenizer(self.format(example),
                                        add_special_tokens=False)["input_ids"])
             self._groups[group_id] = _Group(group_id, example, ids, target)
             for r in range(self.size):
@@ -386,7 +386,9 @@ class FleetRollouts:
         completions = [group.completions[r] for r in range(self.size)]
         rollout = rollout_from_completions(completions, self.tokenizer.pad_token_id)
         texts = decode_completions(self.tokenizer, rollout)
+        t0 = time.perf_counter()
         scored = self.pool.score(texts, [group.example] * self.size)
+        score_seconds = time.perf_counter() - t0
         rewards = torch.tensor(scored.rewards)
         uniform = bool(rewards.max() == rewards.min())
         with self._cv:
@@ -397,5 +399,7 @@ class FleetRollouts:
             self._ready.append(_Ready(group.group_id, int(rollout.versions()[rollout.mask > 0]
                                                           .min()), RolloutGroup(
                 [group.example], rollout, texts, rewards, scored.errors, scored.timeouts,
-                scored.crashes, scored.first_error)))
+                scored.crashes, scored.first_error,
+                reward_terms={k: torch.tensor(v) for k, v in scored.terms.items()},
+                score_seconds=score_seconds)))
             self._cv.notify_all()

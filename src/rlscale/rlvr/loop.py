@@ -51,7 +51,7 @@ class RolloutWorker:
     def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool) -> None:
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
         self.pool = pool
-        self.format = PromptFormatter(tokenizer, cfg.model.chat_template)
+        self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         r = cfg.rollout
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
 
@@ -60,7 +60,7 @@ class RolloutWorker:
         rng = random.Random(step_seed(cfg.train.seed, step, f"prompts:{draw}"))
         prompts = [self.task.sample("train", rng) for _ in range(cfg.rollout.prompts_per_step)]
         rows = [ex for ex in prompts for _ in range(cfg.rollout.group_size)]
-        ids = [self.tokenizer(self.format(ex.prompt), add_special_tokens=False)["input_ids"]
+        ids = [self.tokenizer(self.format(ex), add_special_tokens=False)["input_ids"]
                for ex in rows]
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
         self.model.eval()
@@ -68,9 +68,13 @@ class RolloutWorker:
                            pad_token_id=self.tokenizer.pad_token_id, generator=generator,
                            policy_version=policy_version)
         texts = decode_completions(self.tokenizer, rollout)
+        t0 = time.perf_counter()
         scored = self.pool.score(texts, rows)
+        score_seconds = time.perf_counter() - t0
         return RolloutGroup(prompts, rollout, texts, torch.tensor(scored.rewards),
-                            scored.errors, scored.timeouts, scored.crashes, scored.first_error)
+                            scored.errors, scored.timeouts, scored.crashes, scored.first_error,
+                            reward_terms={k: torch.tensor(v) for k, v in scored.terms.items()},
+                            score_seconds=score_seconds)
 
 
 def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
@@ -282,11 +286,13 @@ class RLVRRun:
             "length/max": int(r.lengths.max()),
             "length/truncated_share": r.finish_reasons.count("length") / len(r.finish_reasons),
             "time/collect_s": t_collect, "time/train_s": t_train,
+            "time/score_s": group.score_seconds,  # within collect_s (sync); off the path (fleets)
             "time/step_s": time.perf_counter() - t0,
             # generation speed: of this step's sampling, or of the fleet since the last step
             "throughput/tokens_per_s": metrics.get("fleet/generated_tokens_per_s",
                                                    tokens / max(t_collect, 1e-9)),
             **lag_stats, **length_stats,
+            **{f"reward/{name}": float(values.mean()) for name, values in group.reward_terms.items()},
         })
         if group.first_error:
             metrics["reward/first_error"] = group.first_error
@@ -297,7 +303,8 @@ class RLVRRun:
         result = evaluate(self.model, self.tokenizer, self.task, split="test", seed=e.seed,
                           prompts=e.prompts, samples=e.samples, ks=(1,),
                           max_new_tokens=self.cfg.rollout.max_new_tokens,
-                          temperature=e.temperature, chat_template=self.cfg.model.chat_template)
+                          temperature=e.temperature, chat_template=self.cfg.model.chat_template,
+                          system_prompt=self.cfg.model.system_prompt)
         self.last_eval = {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
         return self.last_eval
 

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from ..runtime.rundir import MODEL_MARKER, check_model_out
+from .tasks.base import Example
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 # Printable ASCII and newline: every task text round-trips exactly, spaces included.
@@ -126,20 +127,36 @@ def load_model(path: str | Path, dtype: str = "float32"):
 
 @dataclass
 class PromptFormatter:
-    """Turns task prompts into model input text, through the chat template when asked."""
+    """Turns an example's prompt into model input text.
+
+    Without a chat template the prompt text is used as it is, after `system_prompt` (and a
+    newline) when one is set. With `chat_template`, the example's messages (or its prompt as
+    one user message) go through the tokenizer's template with the generation prompt, after
+    a system message of `system_prompt` unless the messages bring their own.
+    """
 
     tokenizer: object
     chat_template: bool = False
+    system_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if self.chat_template and not getattr(self.tokenizer, "chat_template", None):
             raise ModelLoadError("model.chat_template is true but the tokenizer has no chat template")
 
-    def __call__(self, prompt: str) -> str:
+    def __call__(self, example: Example) -> str:
         if not self.chat_template:
-            return prompt
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+            if example.messages is not None:
+                raise ModelLoadError(
+                    "the task's prompts are chat messages but model.chat_template is false "
+                    "(set it true, with a tokenizer that has a chat template)")
+            return example.prompt if self.system_prompt is None \
+                else f"{self.system_prompt}\n{example.prompt}"
+        messages = [{"role": m.role, "content": m.content} for m in example.messages] \
+            if example.messages is not None else [{"role": "user", "content": example.prompt}]
+        if self.system_prompt is not None and messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
 
 
 def count_parameters(model) -> int:

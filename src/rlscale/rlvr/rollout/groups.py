@@ -25,12 +25,14 @@ class RolloutGroup:
     examples: list[Example]            # one per prompt
     rollout: Rollout                   # B = prompts x G rows, groups consecutive
     texts: list[str]
-    rewards: torch.Tensor              # [B] verifier rewards
+    rewards: torch.Tensor              # [B] rewards (the weighted sum of the reward terms)
     verifier_errors: int = 0
     verifier_timeouts: int = 0
     verifier_crashes: int = 0
     first_error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # [B] each, unweighted
+    score_seconds: float = 0.0         # wall time spent waiting for the verifier pool
 
 
 def step_seed(seed: int, step: int, salt: str) -> int:
@@ -83,7 +85,10 @@ def concat_groups(parts: list[RolloutGroup], pad_token_id: int) -> RolloutGroup:
         verifier_timeouts=sum(g.verifier_timeouts for g in parts),
         verifier_crashes=sum(g.verifier_crashes for g in parts),
         first_error=next((g.first_error for g in parts if g.first_error), None),
-        meta={k: v for g in parts for k, v in g.meta.items()})
+        meta={k: v for g in parts for k, v in g.meta.items()},
+        reward_terms={name: torch.cat([g.reward_terms[name] for g in parts])
+                      for name in parts[0].reward_terms},
+        score_seconds=sum(g.score_seconds for g in parts))
 
 
 def select_groups(group: RolloutGroup, keep: torch.Tensor, size: int) -> RolloutGroup:
@@ -99,4 +104,6 @@ def select_groups(group: RolloutGroup, keep: torch.Tensor, size: int) -> Rollout
     return RolloutGroup([group.examples[i] for i in prompts.tolist()], rollout,
                         [group.texts[i] for i in rows.tolist()], group.rewards[rows],
                         group.verifier_errors, group.verifier_timeouts, group.verifier_crashes,
-                        group.first_error)
+                        group.first_error,
+                        reward_terms={k: v[rows] for k, v in group.reward_terms.items()},
+                        score_seconds=group.score_seconds)

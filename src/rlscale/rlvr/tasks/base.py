@@ -12,10 +12,24 @@ SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
+class ChatMessage:
+    role: str       # "system", "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
 class Example:
+    """One prompt and what the verifier needs to score a completion of it.
+
+    `prompt` is the text a plain (non-chat) model continues, and the key of the hash split.
+    `messages`, when set, is the prompt as a conversation (from a dataset's chat field); the
+    model's chat template renders it, with `model.system_prompt` in front when it has none.
+    """
+
     prompt: str
     answer: Any
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    messages: tuple[ChatMessage, ...] | None = None
 
 
 @runtime_checkable
@@ -75,8 +89,17 @@ def draw_in_split(generate, split: str, rng: random.Random, test_share: float = 
 
 
 def examples(task: Task, split: str, seed: int, n: int, *, unique: bool = True) -> list[Example]:
-    """n examples of `split` for `seed`; distinct prompts when `unique` (held-out eval)."""
+    """n examples of `split` for `seed`; distinct prompts when `unique` (held-out eval).
+
+    A finite task (one with `split_examples`, e.g. a data file) gives a seeded sample of its
+    rows without repeats, all of them when it has n or fewer.
+    """
     rng = random.Random(f"{task.name}:{split}:{seed}")
+    if unique and hasattr(task, "split_examples"):
+        pool = task.split_examples(split)
+        if not pool:
+            raise TaskOptionError(f"task '{task.name}' has no '{split}' examples")
+        return rng.sample(pool, min(n, len(pool)))
     out: list[Example] = []
     seen: set[str] = set()
     tries = 0
