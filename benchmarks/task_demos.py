@@ -4,7 +4,8 @@
     python benchmarks/task_demos.py --only math_jsonl     # one of them
 
 Each demo is a pair of configs in configs/rlvr/ (`<name>_sft.yaml`, `<name>.yaml`): a tiny
-model is fine-tuned on the task's own demonstrations, measured, trained with GRPO against
+model is fine-tuned on the task's own demonstrations (the JSONL demo starts from the
+reasoning-gym demo's base, so `--only math_jsonl` needs that one run first), measured, trained with GRPO against
 the task's verifier, and measured again on the same held-out prompts (500 at most, all of a
 data file's test split when it has fewer; 4 samples each, temperature 1). Prints a table and
 writes `<out>/results.json`; docs/tasks.md quotes it.
@@ -39,9 +40,10 @@ def held_out(path: Path, cfg: RLVRConfig, task) -> dict[str, float]:
 
 def run_demo(name: str, out: Path) -> dict:
     stem = DEMOS[name]
-    sft_cfg = load_config(SFTConfig, CONFIGS / f"{stem}_sft.yaml",
-                          [f"out={out / name / 'base'}", f"run_dir={out / name / 'sft'}",
-                           "progress=false"])
+    overrides = [f"out={out / name / 'base'}", f"run_dir={out / name / 'sft'}", "progress=false"]
+    if name == "math_jsonl":  # starts from the reasoning-gym demo's base (see its config)
+        overrides.append(f"model.path={out / 'reasoning_gym' / 'base'}")
+    sft_cfg = load_config(SFTConfig, CONFIGS / f"{stem}_sft.yaml", overrides)
     t0 = time.perf_counter()
     base = sft(sft_cfg)
     sft_s = time.perf_counter() - t0
@@ -63,6 +65,9 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(DEMOS), action="append")
     args = parser.parse_args()
     results = {}
+    results_path = args.out / "results.json"
+    if results_path.exists():
+        results = json.loads(results_path.read_text())
     for name in args.only or list(DEMOS):
         results[name] = run_demo(name, args.out)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
