@@ -388,18 +388,14 @@ class FleetRollouts:
         texts = decode_completions(self.tokenizer, rollout)
         t0 = time.perf_counter()
         scored = self.pool.score(texts, [group.example] * self.size)
-        score_seconds = time.perf_counter() - t0
-        rewards = torch.tensor(scored.rewards)
-        uniform = bool(rewards.max() == rewards.min())
+        scored_group = RolloutGroup.from_scores([group.example], rollout, texts, scored,
+                                                time.perf_counter() - t0)
+        uniform = max(scored.rewards) == min(scored.rewards)
         with self._cv:
             if self.dynamic_sampling and uniform:
                 self.accounting.dropped_uniform += 1
                 self._live -= 1
                 return
-            self._ready.append(_Ready(group.group_id, int(rollout.versions()[rollout.mask > 0]
-                                                          .min()), RolloutGroup(
-                [group.example], rollout, texts, rewards, scored.errors, scored.timeouts,
-                scored.crashes, scored.first_error,
-                reward_terms={k: torch.tensor(v) for k, v in scored.terms.items()},
-                score_seconds=score_seconds)))
+            oldest = int(rollout.versions()[rollout.mask > 0].min())
+            self._ready.append(_Ready(group.group_id, oldest, scored_group))
             self._cv.notify_all()

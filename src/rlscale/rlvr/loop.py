@@ -71,10 +71,7 @@ class RolloutWorker:
         t0 = time.perf_counter()
         scored = self.pool.score(texts, rows)
         score_seconds = time.perf_counter() - t0
-        return RolloutGroup(prompts, rollout, texts, torch.tensor(scored.rewards),
-                            scored.errors, scored.timeouts, scored.crashes, scored.first_error,
-                            reward_terms={k: torch.tensor(v) for k, v in scored.terms.items()},
-                            score_seconds=score_seconds)
+        return RolloutGroup.from_scores(prompts, rollout, texts, scored, score_seconds)
 
 
 def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,

@@ -122,6 +122,19 @@ def group_advantages(
     return torch.where(uniform, torch.zeros_like(centred), centred).view(-1)
 
 
+def registrar(table: dict[str, Callable]) -> Callable[[str], Callable[[Callable], Callable]]:
+    """A decorator factory: `@register("name")` puts the function in `table` under that name."""
+
+    def register(name: str) -> Callable[[Callable], Callable]:
+        def add(fn: Callable) -> Callable:
+            table[name] = fn
+            return fn
+
+        return add
+
+    return register
+
+
 # ----------------------------------------------------------------------------- KL estimators
 # Schulman, "Approximating KL Divergence" (2020). Samples come from the policy, and with
 # d = ref_logp - logp = log(ref/pi) each estimator is a per-token estimate of KL(pi || ref).
@@ -129,12 +142,7 @@ def group_advantages(
 KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {}
 
 
-def register_kl(name: str):
-    def add(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-        KL_ESTIMATORS[name] = fn
-        return fn
-
-    return add
+register_kl = registrar(KL_ESTIMATORS)
 
 
 @register_kl("k1")
@@ -171,12 +179,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
 AGGREGATIONS: dict[str, Callable[..., Tensor]] = {}
 
 
-def register_aggregation(name: str):
-    def add(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return add
+register_aggregation = registrar(AGGREGATIONS)
 
 
 @register_aggregation("token-mean")
@@ -382,12 +385,7 @@ def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
 BEHAVIOUR_CORRECTIONS: dict[str, Callable[[Tensor, float], Tensor]] = {}
 
 
-def register_behaviour_correction(name: str):
-    def add(fn: Callable[[Tensor, float], Tensor]) -> Callable[[Tensor, float], Tensor]:
-        BEHAVIOUR_CORRECTIONS[name] = fn
-        return fn
-
-    return add
+register_behaviour_correction = registrar(BEHAVIOUR_CORRECTIONS)
 
 
 @register_behaviour_correction("none")
@@ -542,12 +540,7 @@ def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,
 DEMONSTRATION_WEIGHTS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
 
 
-def register_demonstration_weight(name: str):
-    def add(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-        DEMONSTRATION_WEIGHTS[name] = fn
-        return fn
-
-    return add
+register_demonstration_weight = registrar(DEMONSTRATION_WEIGHTS)
 
 
 @register_demonstration_weight("one")

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..tasks import Example
 from .sampler import Rollout
 from .types import Completion
+
+if TYPE_CHECKING:
+    from ..rewards import ScoredBatch
 
 
 @dataclass
@@ -33,6 +36,16 @@ class RolloutGroup:
     meta: dict[str, Any] = field(default_factory=dict)
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # [B] each, unweighted
     score_seconds: float = 0.0         # wall time spent waiting for the verifier pool
+
+
+    @classmethod
+    def from_scores(cls, examples: list[Example], rollout: Rollout, texts: list[str],
+                    scored: ScoredBatch, score_seconds: float) -> RolloutGroup:
+        """The group of `rollout` scored by the verifier pool (weighted sum and each term)."""
+        return cls(examples, rollout, texts, torch.tensor(scored.rewards), scored.errors,
+                   scored.timeouts, scored.crashes, scored.first_error,
+                   reward_terms={k: torch.tensor(v) for k, v in scored.terms.items()},
+                   score_seconds=score_seconds)
 
 
 def step_seed(seed: int, step: int, salt: str) -> int:
