@@ -150,7 +150,9 @@ def eval_command(
     task: Annotated[str | None, typer.Option(help="task name, e.g. arithmetic")] = None,
     config: Annotated[Path | None, typer.Option(
         help="a train config: its task (name, options), prompt format and max_new_tokens")] = None,
-    split: str = "test",
+    split: Annotated[str, typer.Option(
+        help="test (held out by hash), train, or ood (arithmetic: one digit more than "
+             "training; countdown: one number more)")] = "test",
     seed: int = 0,
     prompts: Annotated[int, typer.Option(help="held-out prompts to evaluate")] = 500,
     samples: Annotated[int, typer.Option(help="samples per prompt (n)")] = 0,
@@ -163,9 +165,12 @@ def eval_command(
     plot: Annotated[Path | None, typer.Option(help="also write a pass@k plot here (PNG)")] = None,
 ) -> None:
     """Unbiased pass@k on held-out prompts."""
+    from random import Random
+
     from .rlvr.evaluate import check_eval_arguments, evaluate
     from .rlvr.model import load_model
     from .rlvr.tasks import make_task
+    from .rlvr.tasks.base import EVAL_SPLITS
 
     def go():
         try:
@@ -175,6 +180,8 @@ def eval_command(
         if not ks or min(ks) < 1:
             raise ValueError(f"--k needs positive integers, got '{k}'")
         n = samples or max(ks)
+        if split not in EVAL_SPLITS:
+            raise ValueError(f"--split must be one of {', '.join(EVAL_SPLITS)}, got '{split[:40]}'")
         if (task is None) == (config is None):
             raise ValueError("give --task NAME or --config CONFIG (a train config), not both")
         use_chat, system_prompt, new_tokens = chat_template, None, max_new_tokens or 8
@@ -191,6 +198,7 @@ def eval_command(
                              temperature=temperature, top_p=top_p)
         if config is None:
             task_obj = make_task(task)
+        task_obj.sample(split, Random(seed))  # a split the task lacks fails before the model loads
         plot_path = _png_path(plot, "pass_at_k.png") if plot is not None else None
         lm, tokenizer = load_model(model)
         result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,

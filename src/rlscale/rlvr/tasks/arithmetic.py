@@ -3,6 +3,12 @@
 Prompt `"347+85="`; the completion is the decimal result and nothing else (the end-of-
 sequence token ends it), e.g. `"432"`. The verifier accepts exactly that, so a sloppy
 completion (`"432 ok"`, `"=432"`) scores 0: format is part of correctness.
+
+Splits: `train` and `test` hash-split the prompts above. `ood` is one digit longer than
+training ever shows, so no ood prompt is a train or test prompt: a sum has one operand
+(a or b, even odds) of exactly add_digits+1 digits and the other of 1..add_digits+1
+digits; a product's first operand has exactly mul_digits[0]+1 digits and its second
+1..mul_digits[1] digits as in training (the same mul_share of products).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .base import Example, TaskOptionError, check_option, draw_in_split
+from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
 # ASCII digits only: `\d` would also accept other scripts' digits, which int() parses.
 _ANSWER = re.compile(r"-?[0-9]+")
@@ -51,7 +57,23 @@ class ArithmeticTask:
             op, result = "+", a + b
         return Example(prompt=f"{a}{op}{b}=", answer=result, meta={"op": op})
 
+    def _generate_ood(self, rng: random.Random) -> Example:
+        """One digit more than `_generate` ever draws (see the module docstring)."""
+        if rng.random() < self.mul_share:
+            a = _exact_digits(rng, self.mul_digits[0] + 1)
+            b = rng.randrange(1, 10 ** self.mul_digits[1])
+            op, result = "*", a * b
+        else:
+            long = _exact_digits(rng, self.add_digits + 1)
+            other = rng.randrange(0, 10 ** rng.randint(1, self.add_digits + 1))
+            a, b = (long, other) if rng.random() < 0.5 else (other, long)
+            op, result = "+", a + b
+        return Example(prompt=f"{a}{op}{b}=", answer=result, meta={"op": op})
+
     def sample(self, split: str, rng: random.Random) -> Example:
+        check_split(self.name, split, ood=True)
+        if split == OOD:
+            return self._generate_ood(rng)
         return draw_in_split(self._generate, split, rng, self.test_share)
 
     def verify(self, completion: str, example: Example) -> float:
@@ -69,3 +91,8 @@ class ArithmeticTask:
             digit = rng.choice([d for d in "0123456789" if d != text[i]])
             return text[:i] + digit + text[i + 1:]
         return rng.choice([f"{text} ok", f"={text}", f"{text}{text[-1]}", f"{text}."])
+
+
+def _exact_digits(rng: random.Random, digits: int) -> int:
+    """A uniform integer of exactly `digits` decimal digits."""
+    return rng.randrange(10 ** (digits - 1), 10 ** digits)

@@ -8,7 +8,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "test")  # the hash split every task has (`split_of`)
+OOD = "ood"  # a generated task's out-of-distribution split, disjoint from both by construction
+EVAL_SPLITS = (*SPLITS, OOD)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class Task(Protocol):
     name: str
 
     def sample(self, split: str, rng: random.Random) -> Example:
-        """One example of `split`, drawn with `rng` (deterministic given its state)."""
+        """One example of `split` (train, test, or ood where the task has one), drawn with
+        `rng` (deterministic given its state); `check_split` rejects any other split."""
 
     def verify(self, completion: str, example: Example) -> float:
         """Reward of one completion in [0, 1]; may raise, which the caller scores 0."""
@@ -66,6 +69,16 @@ def check_option(task: str, name: str, value: Any, kind: type, lo: float | None 
         raise TaskOptionError(f"{where} must be {bounds}, got {value}")
 
 
+def check_split(task: str, split: str, *, ood: bool = False) -> None:
+    """Raise a one-line TaskOptionError unless `task` has `split` (`ood`: it has an ood split)."""
+    if split == OOD and not ood:
+        raise TaskOptionError(f"task '{task}' has no '{OOD}' split (it has {', '.join(SPLITS)}; "
+                              "arithmetic and countdown have one)")
+    if split not in EVAL_SPLITS:
+        raise TaskOptionError(f"unknown split '{split}' for task '{task}' "
+                              f"(known: {', '.join(EVAL_SPLITS)})")
+
+
 def split_of(prompt: str, test_share: float = 0.1) -> str:
     """Hash-based split: a prompt belongs to exactly one split, whatever the seed."""
     h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
@@ -74,9 +87,9 @@ def split_of(prompt: str, test_share: float = 0.1) -> str:
 
 def draw_in_split(generate, split: str, rng: random.Random, test_share: float = 0.1,
                   max_tries: int = 10_000) -> Example:
-    """Rejection-sample `generate(rng)` until its prompt falls in `split`."""
+    """Rejection-sample `generate(rng)` until its prompt falls in `split` (train or test)."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+        raise ValueError(f"'{split}' is not a hash split (known: {', '.join(SPLITS)})")
     if split == "test" and test_share <= 0:
         raise TaskOptionError("the task has no test split (test_share=0); "
                               "set task.options.test_share above 0 to evaluate")

@@ -3,6 +3,10 @@
 The verifier parses the expression with `ast` and walks the tree itself, accepting only
 integer literals and the four binary operators, with exact rational arithmetic: no `eval`,
 no names, no calls, no powers, so nothing a model writes can run.
+
+Splits: `train` and `test` hash-split puzzles of `count` numbers. `ood` puzzles have
+count+1 numbers (the same number range and target rules: 1..max_number each, a target
+built from all of them in 1..max_target), so no ood prompt is a train or test prompt.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .base import Example, TaskOptionError, check_option, draw_in_split
+from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
@@ -111,10 +115,12 @@ class CountdownTask:
             raise TaskOptionError(f"task '{self.name}' option test_share must be below 1 "
                                   "(the train split would be empty)")
 
-    def _generate(self, rng: random.Random) -> Example:
+    def _generate(self, rng: random.Random, count: int | None = None) -> Example:
+        """A puzzle of `count` numbers (default `self.count`)."""
+        count = self.count if count is None else count
         # Build the target from the numbers so every puzzle has a solution.
         for _ in range(self.max_tries):
-            numbers = [rng.randint(1, self.max_number) for _ in range(self.count)]
+            numbers = [rng.randint(1, self.max_number) for _ in range(count)]
             value = Fraction(numbers[0])
             for n in numbers[1:]:
                 op = rng.choice("+-*")
@@ -123,7 +129,8 @@ class CountdownTask:
                 break
         else:  # e.g. count=1 with max_number above max_target only rarely fits
             raise TaskOptionError(
-                f"task '{self.name}' cannot make a puzzle with count={self.count}, max_number="
+                f"task '{self.name}' cannot make a puzzle with count={count}"
+                f"{' (the ood split: count+1)' if count != self.count else ''}, max_number="
                 f"{self.max_number}, max_target={self.max_target} in {self.max_tries} tries")
         target = int(value)
         shown = sorted(numbers)
@@ -131,6 +138,9 @@ class CountdownTask:
         return Example(prompt=prompt, answer=target, meta={"numbers": shown})
 
     def sample(self, split: str, rng: random.Random) -> Example:
+        check_split(self.name, split, ood=True)
+        if split == OOD:
+            return self._generate(rng, self.count + 1)
         return draw_in_split(self._generate, split, rng, self.test_share)
 
     def verify(self, completion: str, example: Example) -> float:

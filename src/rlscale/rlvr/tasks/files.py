@@ -29,7 +29,7 @@ from typing import Any
 
 from ...runtime.dotted import import_callable
 from .answers import CHECKERS
-from .base import SPLITS, ChatMessage, Example, TaskOptionError, check_option, split_of
+from .base import SPLITS, ChatMessage, Example, TaskOptionError, check_option, check_split, split_of
 
 FORMATS = ("jsonl", "parquet", "hf")
 ROLES = ("system", "user", "assistant")
@@ -171,8 +171,7 @@ class DatasetTask:
         return Example(prompt=prompt, answer=row[self.answer_field], meta=meta, messages=messages)
 
     def sample(self, split: str, rng: random.Random) -> Example:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+        check_split(self.name, split)
         rows = self._splits[split]
         if not rows:
             raise TaskOptionError(f"{self.name} has no '{split}' rows (set task.options."
@@ -181,6 +180,7 @@ class DatasetTask:
 
     def split_examples(self, split: str) -> list[Example]:
         """Every example of `split`, in file order (a finite task: evaluation uses them all)."""
+        check_split(self.name, split)
         return list(self._splits[split])
 
     def verify(self, completion: str, example: Example) -> float:

@@ -17,7 +17,7 @@ import difflib
 import random
 from typing import Any
 
-from .base import Example, TaskOptionError, check_option, draw_in_split
+from .base import Example, TaskOptionError, check_option, check_split, draw_in_split
 
 PREFIX = "reasoning_gym:"
 
@@ -96,6 +96,7 @@ class ReasoningGymTask:
         return Example(prompt=prompt, answer=entry["answer"], meta={"entry": entry})
 
     def sample(self, split: str, rng: random.Random) -> Example:
+        check_split(self.name, split)
         return draw_in_split(self._generate, split, rng, self.test_share)
 
     def extract_answer(self, completion: str) -> str | None:
