@@ -200,11 +200,12 @@ def test_loss_section_has_one_field_per_objective_field():
 
 @pytest.mark.parametrize("objective", sorted(PRESETS))
 def test_every_preset_resolves_to_valid_loss_fields(tmp_path, objective):
-    cfg = load_config(RLVRConfig, write(tmp_path, BASE), [f"objective={objective}"])
+    teacher = {"teacher": {"path": "teacher"}} if PRESETS[objective].uses_teacher else {}
+    cfg = load_config(RLVRConfig, write(tmp_path, {**BASE, **teacher}), [f"objective={objective}"])
     loss = asdict(cfg.resolved_objective())
     assert None not in loss.values()
     # the resolved record is itself a valid loss section
-    reloaded = load_config(RLVRConfig, write(tmp_path, {**BASE, "loss": loss}))
+    reloaded = load_config(RLVRConfig, write(tmp_path, {**BASE, **teacher, "loss": loss}))
     assert asdict(reloaded.resolved_objective()) == loss
 
 

@@ -459,7 +459,7 @@ def test_presets_are_complete_and_valid():
     refinements = {"is_correction": "none", "is_threshold": 2.0,
                    "length_penalty_per_token": 0.0, "adaptive_length_penalty": 0.0,
                    "entropy_top_rho": 1.0}
-    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence"}
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence", "opd"}
     for preset in PRESETS.values():
         assert isinstance(preset, Objective)
         assert {k: getattr(preset, k) for k in refinements} == refinements
@@ -471,6 +471,9 @@ def test_presets_are_complete_and_valid():
     assert not PRESETS["dr_grpo"].advantage_std_normalize
     assert PRESETS["gspo"].ratio_level == "sequence_mean"
     assert PRESETS["grpo"].kl_coef > 0
+    assert PRESETS["opd"].teacher_weight == 1.0 and PRESETS["opd"].reward_weight == 0.0
+    assert all(p.reward_weight == 1.0 and not p.uses_teacher
+               for name, p in PRESETS.items() if name != "opd")
     # every preset runs through policy_loss
     logp, old, adv, mask = two_by_three()
     for preset in PRESETS.values():

@@ -25,6 +25,14 @@ class ModelConfig(StrictModel):
         None, description="a system message before every prompt (chat); plain models: a prefix line")
 
 
+class TeacherConfig(StrictModel):
+    """The teacher of on-policy distillation (`objective: opd`) and of SFT on teacher samples
+    (`rlscale sft data.source=teacher`): a local model with the student's tokenizer."""
+
+    path: str = Field(description="local Hugging Face causal LM folder, same tokenizer as the student")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
 class RewardTermConfig(StrictModel):
     fn: str = Field(description="verifier (the task's own), format (the answer in the task's "
                     "tags), or package.module:function called as (completion, example) -> float")
@@ -101,6 +109,11 @@ class LossConfig(StrictModel):
     length_penalty_per_token: float | None = Field(None, ge=0)
     adaptive_length_penalty: float | None = Field(None, ge=0)
     entropy_top_rho: float | None = Field(None, gt=0, le=1)
+    # The advantage mix: verifier (group-relative, per sequence) and teacher (per token).
+    reward_weight: float | None = Field(
+        None, ge=0, description="weight of the verifier's advantage (opd: 0; > 0 mixes it in)")
+    teacher_weight: float | None = Field(
+        None, ge=0, description="weight of the teacher's per-token advantage (needs teacher.path)")
 
 
 class TrainConfig(StrictModel):
@@ -168,6 +181,8 @@ class RLVRConfig(StrictModel):
     task: TaskConfig = Field(default_factory=TaskConfig)
     objective: str = Field("grpo", description="a preset name from objectives.PRESETS")
     loss: LossConfig = Field(default_factory=LossConfig)
+    teacher: TeacherConfig | None = Field(
+        None, description="the teacher of objective opd (or any objective with loss.teacher_weight > 0)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -184,6 +199,12 @@ class RLVRConfig(StrictModel):
 
         if self.objective not in PRESETS:
             raise ValueError(f"unknown objective '{self.objective}' (known: {', '.join(PRESETS)})")
+        uses_teacher = self.resolved_objective().uses_teacher
+        if uses_teacher and self.teacher is None:
+            raise ValueError(f"objective '{self.objective}' distils from a teacher: set teacher.path")
+        if self.teacher is not None and not uses_teacher:
+            raise ValueError(f"teacher.path is set but objective '{self.objective}' does not use "
+                             "a teacher (use objective opd, or loss.teacher_weight > 0)")
         return self
 
     def resolved_objective(self) -> Objective:
@@ -198,8 +219,13 @@ class RLVRConfig(StrictModel):
 
 
 class SFTDataConfig(StrictModel):
+    source: Literal["task", "teacher"] = Field(
+        "task", description="task: the task's demonstrations; teacher: one completion sampled "
+        "from teacher.path per prompt (SFT on teacher samples, off-policy distillation)")
     examples: int = Field(20000, ge=1, description="demonstrations drawn from the train split")
     wrong_share: float = Field(0.0, ge=0, le=1, description="share of demonstrations corrupted")
+    max_new_tokens: int = Field(8, ge=1, description="source teacher: the sampling budget")
+    temperature: float = Field(1.0, gt=0, description="source teacher: the sampling temperature")
     seed: int = 0
 
 
@@ -213,6 +239,7 @@ class SFTConfig(StrictModel):
         None, description="start from a freshly built preset (e.g. tiny) instead of model.path")
     task: TaskConfig = Field(default_factory=TaskConfig)
     data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    teacher: TeacherConfig | None = Field(None, description="the teacher of data.source=teacher")
     loss: Literal["sft", "dft"] = Field(
         "sft", description="sft: -log pi(y*_t) per token; dft: -sg(p) * log pi(y*_t), Dynamic "
         "Fine-Tuning (Wu et al. 2025); see docs/objectives.md")
@@ -234,4 +261,9 @@ class SFTConfig(StrictModel):
     def _one_start(self) -> SFTConfig:
         if (self.model is None) == (self.init_preset is None):
             raise ValueError("give exactly one of model.path or init_preset")
+        if (self.data.source == "teacher") != (self.teacher is not None):
+            raise ValueError("data.source=teacher and teacher.path go together (give both or neither)")
+        if self.data.source == "teacher" and self.data.wrong_share > 0:
+            raise ValueError("data.wrong_share corrupts the task's demonstrations; it does not "
+                             "apply to data.source=teacher")
         return self

@@ -7,6 +7,10 @@ by its detached probability (DFT). `data.wrong_share` of the demonstrations are
 deliberately corrupted with the task's own `corrupt` (a wrong digit, a broken format), so
 the base model puts real probability on wrong answers and RL has measurable headroom to
 remove it.
+
+`data.source: teacher` replaces the demonstrations with one completion per prompt sampled
+from `teacher.path` (same tokenizer): SFT on teacher samples, the off-policy counterpart of
+on-policy distillation (`objective: opd`), whose student samples for itself.
 """
 
 from __future__ import annotations
@@ -25,17 +29,26 @@ from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
 from . import objectives
 from .config import SFTConfig
-from .model import PromptFormatter, build_tiny_model, load_model, save_model
+from .model import PromptFormatter, build_tiny_model, load_model, load_teacher, save_model
+from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
+
+TEACHER_BATCH = 256  # prompts per teacher generate() call when sampling demonstrations
 
 
 def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids) pairs: the task's demonstrations (some corrupted with
+    `data.wrong_share`), or with `data.source: teacher` the teacher's own samples."""
     task = make_task(cfg.task.name, **cfg.task.options)
     if cfg.data.wrong_share > 0 and not hasattr(task, "corrupt"):
         raise ValueError(f"task '{task.name}' cannot make wrong demonstrations (no corrupt())")
     fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False,
                           cfg.model.system_prompt if cfg.model else None)
     rng = random.Random(f"sft:{cfg.data.seed}")
+    if cfg.data.source == "teacher":
+        prompts = [tokenizer(fmt(task.sample("train", rng)), add_special_tokens=False)["input_ids"]
+                   for _ in range(cfg.data.examples)]
+        return teacher_samples(cfg, tokenizer, prompts)
     pairs = []
     for _ in range(cfg.data.examples):
         ex = task.sample("train", rng)
@@ -44,6 +57,25 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
         prompt = tokenizer(fmt(ex), add_special_tokens=False)["input_ids"]
         completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         pairs.append((prompt, completion))
+    return pairs
+
+
+@torch.no_grad()
+def teacher_samples(cfg: SFTConfig, tokenizer, prompts: list[list[int]]
+                    ) -> list[tuple[list[int], list[int]]]:
+    """One completion per prompt sampled from `cfg.teacher` with the RL sampler, as it came
+    (its EOS when it stopped, cut at `data.max_new_tokens` when it did not)."""
+    teacher = load_teacher(cfg.teacher.path, cfg.teacher.dtype, tokenizer)
+    params = SamplingParams(cfg.data.max_new_tokens, cfg.data.temperature, 1.0)
+    generator = torch.Generator().manual_seed(cfg.data.seed)
+    pairs = []
+    for start in range(0, len(prompts), TEACHER_BATCH):
+        chunk = prompts[start: start + TEACHER_BATCH]
+        rollout = generate(teacher, chunk, params, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id, generator=generator)
+        for prompt, row, n in zip(chunk, rollout.completion_ids.tolist(),
+                                  rollout.lengths.tolist(), strict=True):
+            pairs.append((prompt, row[:n]))
     return pairs
 
 

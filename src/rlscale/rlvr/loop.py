@@ -31,7 +31,7 @@ from . import objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetRollouts
-from .model import PromptFormatter, load_model, save_model
+from .model import PromptFormatter, load_model, load_teacher, save_model
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
 from .rollout.sampler import SamplingParams, decode_completions, generate
@@ -111,6 +111,9 @@ class RLVRRun:
         if self.objective.kl_coef > 0:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
             self.reference.eval().requires_grad_(False)
+        # On-policy distillation's teacher scores the student's samples (checked: same tokenizer).
+        self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer)
+                        if self.objective.uses_teacher else None)
         t = cfg.train
         self.trainer = PolicyTrainer(
             self.model, self.reference, self.objective, lr=t.lr, weight_decay=t.weight_decay,
@@ -125,6 +128,7 @@ class RLVRRun:
         self.step = 0
         self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
+        self.teacher_eval: float | None = None  # the teacher's held-out pass@1, once
         self.fleet_state: dict[str, int] | None = None  # the fleet's, from a checkpoint
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
@@ -259,6 +263,7 @@ class RLVRRun:
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
                                    r.policy_version, r.versions())
+        self._score_teacher(batch, metrics)
         token_versions = r.versions()[r.mask > 0]
         self.token_lags = self.trainer.version - token_versions
         lag_stats = staleness(self.trainer.version, token_versions.tolist())
@@ -295,14 +300,32 @@ class RLVRRun:
             metrics["reward/first_error"] = group.first_error
         return metrics
 
-    def run_eval(self) -> dict[str, float]:
+    def _score_teacher(self, batch, metrics: dict[str, float]) -> None:
+        """With a teacher: its log-probs of every sampled token, into the batch (the trainer
+        turns them into per-token advantages against pi_old, objectives.teacher_advantages)."""
+        if self.teacher is None:
+            return
+        t0 = time.perf_counter()
+        batch.teacher_logprobs = self.trainer.score_logprobs(self.teacher, batch)
+        metrics["opd/teacher_logp_mean"] = float(
+            objectives.masked_mean(batch.teacher_logprobs, batch.mask))
+        metrics["time/teacher_s"] = time.perf_counter() - t0
+
+    def _evaluate(self, model) -> dict[str, float]:
         e = self.cfg.eval
-        result = evaluate(self.model, self.tokenizer, self.task, split="test", seed=e.seed,
+        result = evaluate(model, self.tokenizer, self.task, split="test", seed=e.seed,
                           prompts=e.prompts, samples=e.samples, ks=(1,),
                           max_new_tokens=self.cfg.rollout.max_new_tokens,
                           temperature=e.temperature, chat_template=self.cfg.model.chat_template,
                           system_prompt=self.cfg.model.system_prompt)
-        self.last_eval = {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
+        return {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
+
+    def run_eval(self) -> dict[str, float]:
+        self.last_eval = self._evaluate(self.model)
+        if self.teacher is not None:  # the teacher does not change: measured once per run
+            if self.teacher_eval is None:
+                self.teacher_eval = self._evaluate(self.teacher)["eval/pass@1"]
+            self.last_eval["eval/teacher_pass@1"] = self.teacher_eval
         return self.last_eval
 
     def train(self) -> Path:

@@ -125,6 +125,29 @@ def load_model(path: str | Path, dtype: str = "float32"):
     return model, tokenizer
 
 
+def check_same_tokenizer(student, teacher, teacher_path: str | Path) -> None:
+    """A one-line ModelLoadError unless the teacher's tokenizer maps every token (and the
+    special tokens) exactly as the student's: distillation compares log-probs token by
+    token, which means nothing across two vocabularies."""
+    ours, theirs = student.get_vocab(), teacher.get_vocab()
+    if ours != theirs:
+        differ = len(set(ours.items()) ^ set(theirs.items()))
+        raise ModelLoadError(
+            f"teacher {teacher_path} has a different tokenizer than the student (vocab sizes "
+            f"{len(theirs)} vs {len(ours)}, {differ} entries differ); distillation needs the same one")
+    for special in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        if getattr(student, special, None) != getattr(teacher, special, None):
+            raise ModelLoadError(f"teacher {teacher_path} has a different {special} than the "
+                                 "student; distillation needs the same tokenizer")
+
+
+def load_teacher(path: str | Path, dtype: str, student_tokenizer):
+    """A frozen teacher model (eval mode, no gradients) whose tokenizer is the student's."""
+    teacher, tokenizer = load_model(path, dtype)
+    check_same_tokenizer(student_tokenizer, tokenizer, path)
+    return teacher.eval().requires_grad_(False)
+
+
 @dataclass
 class PromptFormatter:
     """Turns an example's prompt into model input text.

@@ -260,10 +260,11 @@ def token_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip_lo
                      aggregate: Aggregation) -> Tensor:
     """One clipped surrogate per token, aggregated by `aggregate`:
 
-        L = agg_{i,t} -w_{i,t} min(r_{i,t} A_i, clip(r_{i,t}, 1 - eps_low, 1 + eps_high) A_i)
+        L = agg_{i,t} -w_{i,t} min(r_{i,t} A_{i,t}, clip(r_{i,t}, 1 - eps_low, 1 + eps_high) A_{i,t})
 
-    `r` is `[B, T]`, each sequence's advantage `A_i` is shared by its tokens, and `w` is the
-    behaviour weight (1 without a correction)."""
+    `r` is `[B, T]`; `A` is `[B]` (each sequence's advantage shared by its tokens) or `[B, T]`
+    (each token its own, as in on-policy distillation); `w` is the behaviour weight (1
+    without a correction)."""
     surrogate = clipped_surrogate(ratio, _per_unit(advantages, ratio), clip_low, clip_high)
     if behaviour_weight is not None:
         surrogate = surrogate * behaviour_weight
@@ -280,7 +281,7 @@ def sequence_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip
     `s` is `[B]`. The unit that is rewarded, corrected and clipped is the sequence, so the
     token aggregation does not apply; only its `num_sequences` (N) is read. Rows without
     tokens count in N but add nothing."""
-    surrogate = clipped_surrogate(ratio, advantages, clip_low, clip_high)
+    surrogate = clipped_surrogate(ratio, _per_unit(advantages, ratio), clip_low, clip_high)
     if behaviour_weight is not None:
         surrogate = surrogate * behaviour_weight
     count = surrogate.shape[0] if aggregate.num_sequences is None else aggregate.num_sequences
@@ -296,7 +297,13 @@ def _units(ratio: Tensor, mask: Tensor) -> Tensor:
 
 
 def _per_unit(advantages: Tensor, ratio: Tensor) -> Tensor:
-    """`[B]` advantages at the ratio's level: shared by every token for `[B, T]` ratios."""
+    """Advantages at the ratio's level: `[B]` ones are shared by every token for `[B, T]`
+    ratios; `[B, T]` ones (per-token, e.g. on-policy distillation's) are used as they are,
+    and only a token ratio can take them."""
+    if advantages.dim() == 2:
+        if ratio.dim() != 2:
+            raise ValueError("per-token advantages [B, T] need ratio_level 'token'")
+        return advantages
     return advantages[:, None].expand_as(ratio) if ratio.dim() == 2 else advantages
 
 
@@ -435,7 +442,7 @@ def policy_loss(
 
     `logp` carries the gradient; `old_logp` (the trainer's pi_old), `behaviour_logp` (the
     sampler's mu) and `ref_logp` are treated as constants. All are `[B, T]`, `advantages`
-    is `[B]`.
+    is `[B]`, or `[B, T]` per-token advantages (token ratios only).
 
     `ratio_level` names the level (RATIO_LEVELS) whose surrogate this dispatches to:
     `token_level_loss` (one clipped surrogate per token, aggregated with `aggregation`) or
@@ -612,6 +619,44 @@ def demonstration_loss(logp: Tensor, mask: Tensor, *, weight: str = "one",
     return loss, metrics
 
 
+# ----------------------------------------------------------------------------- on-policy distillation
+# OPD (Agarwal et al. 2024, "On-Policy Distillation of Language Models"; Thinking Machines
+# 2025): the student samples y ~ pi_s, the teacher scores every sampled token, and each
+# token's advantage is the negative per-token reverse KL sample,
+#
+#     A_{i,t} = -(log pi_s(y_t | y_<t, x) - log pi_T(y_t | y_<t, x)),   detached,
+#
+# each token its own (no discounting, no sum over later tokens). Through the clipped-ratio
+# loss at theta = theta_old its gradient is E[sum_t A_t grad log pi_s(y_t)] = -grad of the
+# per-token reverse KL(pi_s || pi_T) on the student's own states: a dense, token-level DAgger.
+
+
+def teacher_advantages(student_logp: Tensor, teacher_logp: Tensor, mask: Tensor) -> Tensor:
+    """`[B, T]` per-token advantages `log pi_T(y_t) - log pi_s(y_t)`, detached, exactly 0
+    outside `mask`. A teacher equal to the student gives 0 everywhere (and so no gradient)."""
+    return _masked_delta(teacher_logp.detach().float(), student_logp.detach().float(), mask)
+
+
+def mixed_advantages(sequence_advantages: Tensor, token_advantages: Tensor | None, *,
+                     reward_weight: float, teacher_weight: float) -> Tensor:
+    """The advantages the loss sees: `reward_weight * A_i + teacher_weight * A_{i,t}`.
+
+    `sequence_advantages` `[B]` are the verifier's group-relative ones; `token_advantages`
+    `[B, T]` the teacher's (None without a teacher). Without a teacher term the result stays
+    `[B]` (the GRPO family unchanged); with one it is `[B, T]`, the sequence term shared by
+    the sequence's tokens (`teacher_advantages` is already 0 on padding)."""
+    if token_advantages is None or teacher_weight == 0.0:
+        return reward_weight * sequence_advantages
+    return (reward_weight * sequence_advantages[:, None]
+            + teacher_weight * token_advantages)
+
+
+def reverse_kl_per_token(student_logp: Tensor, teacher_logp: Tensor, mask: Tensor) -> float:
+    """Mean over `mask` of `log pi_s - log pi_T` on the student's samples: the k1 (unbiased)
+    estimate of the per-token reverse KL(pi_s || pi_T)."""
+    return _float(masked_mean(-teacher_advantages(student_logp, teacher_logp, mask), mask))
+
+
 # ----------------------------------------------------------------------------- entropy
 
 
@@ -689,12 +734,24 @@ class Objective:
     adaptive_length_penalty: float = 0.0
     # the policy gradient on the top-rho share of tokens by entropy only (1: all tokens)
     entropy_top_rho: float = 1.0
+    # the advantage mix (mixed_advantages): the verifier's group-relative sequence advantage
+    # times `reward_weight`, plus the teacher's per-token one times `teacher_weight` (which
+    # needs `teacher.path` and token ratios)
+    reward_weight: float = 1.0
+    teacher_weight: float = 0.0
 
     def __post_init__(self) -> None:
         _check_name("ratio_level", self.ratio_level, RATIO_LEVELS)
         _check_name("aggregation", self.aggregation, AGGREGATIONS)
         _check_name("kl kind", self.kl_kind, KL_ESTIMATORS)
         _check_name("is_correction", self.is_correction, BEHAVIOUR_CORRECTIONS)
+        if self.teacher_weight and self.ratio_level != "token":
+            raise ValueError(f"teacher_weight > 0 gives per-token advantages, which need "
+                             f"ratio_level 'token' (got {self.ratio_level!r})")
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.teacher_weight != 0.0
 
 
 PRESETS: dict[str, Objective] = {
@@ -731,4 +788,12 @@ PRESETS: dict[str, Objective] = {
     "sequence": Objective(
         advantage_std_normalize=False, ratio_level="sequence", clip_low=0.2, clip_high=0.2,
         aggregation="seq-mean-token-mean", kl_coef=0.0),
+    # On-policy distillation (Agarwal et al. 2024; Thinking Machines 2025): per-token
+    # advantages from the teacher's log-probs on the student's samples (teacher_advantages),
+    # through the same clipped token ratio; token mean, since every token carries its own
+    # signal. No verifier term (`loss.reward_weight` > 0 mixes it in) and no KL to the
+    # reference (the teacher is the anchor).
+    "opd": Objective(
+        ratio_level="token", clip_low=0.2, clip_high=0.2, aggregation="token-mean",
+        kl_coef=0.0, reward_weight=0.0, teacher_weight=1.0),
 }

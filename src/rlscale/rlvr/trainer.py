@@ -19,10 +19,11 @@ class PolicyBatch:
     prompt_width: int              # P
     completion_ids: torch.Tensor   # [B, T]
     mask: torch.Tensor             # [B, T]
-    advantages: torch.Tensor       # [B]
+    advantages: torch.Tensor       # [B], the verifier's (group-relative) sequence advantages
     sampler_logprobs: torch.Tensor  # [B, T]
     policy_version: int            # the oldest version that drew any token
     token_versions: torch.Tensor | None = None  # [B, T]; None: every token `policy_version`
+    teacher_logprobs: torch.Tensor | None = None  # [B, T]; a teacher's, for distillation
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -31,7 +32,8 @@ class PolicyBatch:
         return PolicyBatch(self.input_ids[index], self.attention_mask[index], self.prompt_width,
                            self.completion_ids[index], self.mask[index], self.advantages[index],
                            self.sampler_logprobs[index], self.policy_version,
-                           None if self.token_versions is None else self.token_versions[index])
+                           None if self.token_versions is None else self.token_versions[index],
+                           None if self.teacher_logprobs is None else self.teacher_logprobs[index])
 
     def versions(self) -> torch.Tensor:
         if self.token_versions is not None:
@@ -95,7 +97,9 @@ class PolicyTrainer:
 
     # -- helpers -------------------------------------------------------------------------
     @torch.no_grad()
-    def _forward_no_grad(self, model, batch: PolicyBatch) -> torch.Tensor:
+    def score_logprobs(self, model, batch: PolicyBatch) -> torch.Tensor:
+        """`[B, T]` log-probs of the batch's completion tokens under `model` (pi_old, the
+        reference, a teacher), without gradients, in micro-batches, at the sampling temperature."""
         out = []
         for idx in _chunks(torch.arange(len(batch)), self.micro_batch_size):
             out.append(completion_logprobs(model, batch.select(idx), self.temperature)[0])
@@ -119,9 +123,9 @@ class PolicyTrainer:
         # update per batch the weights being trained ARE pi_old: its log-probs are the forward
         # we run anyway, detached; a separate pass would recompute the same numbers.
         single_pass = updates == 1
-        old_logp = None if single_pass else self._forward_no_grad(self.model, batch)
+        old_logp = None if single_pass else self.score_logprobs(self.model, batch)
         o = self.objective
-        ref_logp = (self._forward_no_grad(self.reference, batch)
+        ref_logp = (self.score_logprobs(self.reference, batch)
                     if o.kl_coef > 0 and self.reference is not None else None)
 
         sums: dict[str, float] = {}
@@ -149,9 +153,9 @@ class PolicyTrainer:
                     if keep is not None:
                         mask = keep[offset: offset + len(idx)]
                     offset += len(idx)
+                    micro_old = logp.detach() if old_logp is None else old_logp[idx]
                     loss, metrics = objectives.policy_loss(
-                        logp, logp.detach() if old_logp is None else old_logp[idx],
-                        micro.advantages, mask,
+                        logp, micro_old, self._advantages(micro, micro_old), mask,
                         behaviour_logp=micro.sampler_logprobs,
                         ref_logp=None if ref_logp is None else ref_logp[idx],
                         num_sequences=len(mb_index), num_tokens=mb_tokens,
@@ -188,14 +192,28 @@ class PolicyTrainer:
         out["policy/grad_norm_max"] = max(grad_norms, default=0.0)
         out["policy/lr"] = self.scheduler.get_last_lr()[0]
         out["policy/old_logp_forward_skipped"] = float(single_pass)
+        if batch.teacher_logprobs is not None:
+            out["opd/reverse_kl"] = objectives.reverse_kl_per_token(
+                self._before[0], batch.teacher_logprobs, batch.mask)
         return out
+
+    def _advantages(self, micro: PolicyBatch, old_logp: torch.Tensor) -> torch.Tensor:
+        """The loss's advantages (objectives.mixed_advantages): the weighted sequence ones,
+        plus with a teacher its per-token ones against pi_old, the trainer's own log-probs
+        of the sampled tokens (not the sampler's: a teacher equal to the student then gives
+        exactly 0, where engine rounding would leave noise that Adam scales up)."""
+        o = self.objective
+        token = (None if micro.teacher_logprobs is None else
+                 objectives.teacher_advantages(old_logp, micro.teacher_logprobs, micro.mask))
+        return objectives.mixed_advantages(micro.advantages, token, reward_weight=o.reward_weight,
+                                           teacher_weight=o.teacher_weight)
 
     @torch.no_grad()
     def update_stats(self, batch: PolicyBatch) -> dict[str, float]:
         """How far the last step moved the policy on its own samples, and where it moved it."""
         logp_before, entropy_before = self._before
         self.model.eval()
-        logp_after = self._forward_no_grad(self.model, batch)
+        logp_after = self.score_logprobs(self.model, batch)
         mask = batch.mask
         n = float(mask.sum().clamp(min=1))
         # KL(old || new) estimated on tokens sampled from old (k3, non-negative).
