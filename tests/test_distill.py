@@ -62,3 +62,17 @@ def test_dft_run_logs_its_weight_and_the_nll(tmp_path):
         assert 0 < row["sft/weight_mean"] < 1
         assert row["sft/loss"] < row["sft/nll"]  # each token's -log p scaled by its p < 1
     assert "loss: dft" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_save_every_keeps_the_model_along_the_way(tmp_path):
+    cfg = load_config(SFTConfig, None, [
+        "init_preset=tiny", f"out={tmp_path / 'run' / 'model'}", f"run_dir={tmp_path / 'run'}",
+        "data.examples=32", "steps=4", "batch_size=8", "warmup_steps=0", "save_every=2",
+        "progress=false", "tensorboard=false"])
+    out = sft(cfg)
+    saved = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert saved == ["step_000002"]  # step 4 is the final model, `out`
+    assert (tmp_path / "run" / "checkpoints" / "step_000002" / "config.json").is_file()
+    assert (out / "config.json").is_file()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["sft/target_tokens"] > 0 and r["sft/prompt_tokens"] > 0 for r in rows)

@@ -251,6 +251,9 @@ class SFTConfig(StrictModel):
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     weight_decay: float = Field(0.0, ge=0)
+    save_every: int = Field(
+        0, ge=0, description="also save the model every N steps as run_dir/checkpoints/step_N "
+        "(all kept; e.g. to measure along the way); 0: only `out`")
     seed: int = 0
     threads: int = Field(0, ge=0)
     tensorboard: bool = True

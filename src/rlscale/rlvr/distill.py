@@ -163,8 +163,13 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
             tokens = int((labels != -100).sum())
             row = logger.log(step, {**{f"sft/{k}": v for k, v in metrics.items()},
                                     "sft/lr": scheduler.get_last_lr()[0],
+                                    "sft/target_tokens": tokens,
+                                    "sft/prompt_tokens": int(attention.sum()) - tokens,
                                     "throughput/tokens_per_s": tokens / (time.perf_counter() - t0)})
             progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
+            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:
+                    save_model(model, tokenizer, tmp)
     finally:
         progress.close()
         logger.close()
