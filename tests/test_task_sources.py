@@ -227,3 +227,18 @@ def test_the_shipped_example_file_loads_and_scores():
 def test_example_is_still_hashable_with_messages():
     ex = Example("p", 1, messages=(ChatMessage("user", "p"),))
     assert hash(ex) == hash(Example("p", 1, messages=(ChatMessage("user", "p"),)))
+
+
+def test_corrupted_demonstrations_are_never_accepted():
+    """`rlscale sft data.wrong_share` for reasoning-gym and data files: a digit changed or
+    the answer tags broken; the verifier rejects every one of them."""
+    rng = random.Random(0)
+    task = make_task("reasoning_gym:basic_arithmetic", **RG_OPTIONS)
+    wrong = [task.corrupt(ex, rng) for ex in examples(task, "train", seed=0, n=100)]
+    assert all(task.verify(w, ex) < 1.0 for w, ex in
+               zip(wrong, examples(task, "train", seed=0, n=100), strict=True))
+    assert any(w.startswith("<answer>") and w.endswith("</answer>") for w in wrong)  # wrong digit
+    assert any(not w.endswith("</answer>") for w in wrong)  # broken tags
+    data = make_task(f"jsonl:{REPO / 'examples/math_latex/problems.jsonl'}")
+    for ex in data.split_examples("test"):
+        assert data.verify(data.corrupt(ex, rng), ex) == 0.0

@@ -79,6 +79,16 @@ def check_split(task: str, split: str, *, ood: bool = False) -> None:
                               f"(known: {', '.join(EVAL_SPLITS)})")
 
 
+def change_one_digit(text: str, rng: random.Random) -> str | None:
+    """`text` with one of its ASCII digits replaced by another digit (a plausible wrong
+    answer, for deliberately imperfect demonstrations); None when it has no digit."""
+    where = [i for i, c in enumerate(text) if c in "0123456789"]
+    if not where:
+        return None
+    i = rng.choice(where)
+    return text[:i] + rng.choice([d for d in "0123456789" if d != text[i]]) + text[i + 1:]
+
+
 def split_of(prompt: str, test_share: float = 0.1) -> str:
     """Hash-based split: a prompt belongs to exactly one split, whatever the seed."""
     h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")

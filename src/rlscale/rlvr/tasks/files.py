@@ -29,7 +29,16 @@ from typing import Any
 
 from ...runtime.dotted import import_callable
 from .answers import CHECKERS
-from .base import SPLITS, ChatMessage, Example, TaskOptionError, check_option, check_split, split_of
+from .base import (
+    SPLITS,
+    ChatMessage,
+    Example,
+    TaskOptionError,
+    change_one_digit,
+    check_option,
+    check_split,
+    split_of,
+)
 
 FORMATS = ("jsonl", "parquet", "hf")
 ROLES = ("system", "user", "assistant")
@@ -196,6 +205,13 @@ class DatasetTask:
         except (KeyError, IndexError, ValueError) as exc:
             raise TaskOptionError(f"task '{self.name}' option demonstration_template "
                                   f"{self.demonstration_template!r}: {_first_line(exc)}") from None
+
+    def corrupt(self, example: Example, rng: random.Random) -> str:
+        """A wrong demonstration (`rlscale sft data.wrong_share`): one digit of the right one
+        changed (`$\\frac{7}{2}$` -> `$\\frac{7}{5}$`), or ` ?` appended when it has no digit."""
+        good = self.demonstration(example, rng)
+        wrong = change_one_digit(good, rng)
+        return wrong if wrong is not None else f"{good} ?"
 
 
 def _messages(value: Any, field: str, where: str) -> tuple[ChatMessage, ...]:

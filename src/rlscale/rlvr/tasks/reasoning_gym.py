@@ -17,7 +17,14 @@ import difflib
 import random
 from typing import Any
 
-from .base import Example, TaskOptionError, check_option, check_split, draw_in_split
+from .base import (
+    Example,
+    TaskOptionError,
+    change_one_digit,
+    check_option,
+    check_split,
+    draw_in_split,
+)
 
 PREFIX = "reasoning_gym:"
 
@@ -116,3 +123,16 @@ class ReasoningGymTask:
         answer = str(example.answer)
         return answer if self.answer_tag is None else \
             f"<{self.answer_tag}>{answer}</{self.answer_tag}>"
+
+    def corrupt(self, example: Example, rng: random.Random) -> str:
+        """A wrong or sloppy demonstration (`rlscale sft data.wrong_share`), even odds: the
+        answer with one digit changed, in its tags; or the right answer with its tags broken
+        (untagged, unclosed, or `answer: ...`), which the verifier does not accept. An answer
+        without digits is always corrupted the second way."""
+        answer, tag = str(example.answer), self.answer_tag
+        wrong = change_one_digit(answer, rng)
+        if tag is None:
+            return wrong if wrong is not None else f"{answer} ?"
+        if wrong is not None and rng.random() < 0.5:
+            return f"<{tag}>{wrong}</{tag}>"
+        return rng.choice([answer, f"<{tag}>{answer}", f"{tag}: {answer}"])
