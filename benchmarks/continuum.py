@@ -4,9 +4,14 @@
     python benchmarks/continuum.py --steps 4 --every 2 --student-steps 50 --teacher-steps 4 \
         --out runs/continuum_smoke                    # a smoke run of the whole pipeline
 
-Task: arithmetic (sums of 1-3 digit numbers, 2-digit x 1-digit products). In distribution
-(ID): its held-out hash split `test`; out of distribution (OOD): its `ood` split, one digit
-more than training ever shows (tasks/arithmetic.py).
+Task: arithmetic, post-trained on `--task-options` (default `add_digits=2 mul_share=0`: sums
+of 1-2 digit numbers). In distribution (ID): that task's held-out hash split `test`; out of
+distribution (OOD): its `ood` split, one digit more than post-training ever shows
+(tasks/arithmetic.py): sums with a 3-digit operand. The student's own SFT saw such sums (with
+wrong answers mixed in), so OOD asks whether post-training on the narrow distribution carries
+over beyond it or overwrites it (the setting of Chu et al. 2025, "SFT Memorizes, RL
+Generalizes"). `--task-options add_digits=3 mul_share=0.3` is the quickstart distribution,
+whose ood split (4-digit operands) no model here ever saw.
 
 Student: the quickstart base (configs/rlvr/quickstart_sft.yaml: SFT on demonstrations of
 which 40% are wrong or sloppy). Teacher: the quickstart's GRPO run from that student
@@ -60,6 +65,10 @@ METHODS = [*SFT_ARMS, *RL_ARMS]
 SPLITS = ("test", "ood")
 
 
+def task_overrides(options: list[str]) -> list[str]:
+    return [f"task.options.{o}" for o in options]
+
+
 def measure(path: Path, task) -> dict[str, float]:
     model, tokenizer = load_model(path)
     out = {}
@@ -96,11 +105,11 @@ def build_student_and_teacher(out: Path, student_steps: int | None,
 
 
 def run_sft_arm(name: str, student: Path, teacher: Path, out: Path, steps: int,
-                every: int) -> dict[int, Path]:
+                every: int, options: list[str]) -> dict[int, Path]:
     args = [f"model.path={student}", f"out={out / name / 'model'}", f"run_dir={out / name}",
             f"data.examples={steps * SEQUENCES}", f"steps={steps}", f"batch_size={SEQUENCES}",
             "lr=1e-4", "warmup_steps=10", f"save_every={every}", "progress=false",
-            "task.name=arithmetic", *SFT_ARMS[name]]
+            "task.name=arithmetic", *task_overrides(options), *SFT_ARMS[name]]
     if name == "sft_teacher":
         args.append(f"teacher.path={teacher}")
     final = sft(load_config(SFTConfig, None, args))
@@ -109,10 +118,11 @@ def run_sft_arm(name: str, student: Path, teacher: Path, out: Path, steps: int,
 
 
 def run_rl_arm(name: str, student: Path, teacher: Path, out: Path, steps: int,
-               every: int) -> dict[int, Path]:
+               every: int, options: list[str]) -> dict[int, Path]:
     args = [f"model.path={student}", f"run_dir={out / name}", f"train.steps={steps}",
             f"checkpoint.every={every}", "checkpoint.keep=1000", "eval.every=0",
-            "train.post_update_stats=false", "progress=false", *RL_ARMS[name]]
+            "train.post_update_stats=false", "progress=false", *task_overrides(options),
+            *RL_ARMS[name]]
     if name != "grpo":
         args.append(f"teacher.path={teacher}")
     final = train(load_config(RLVRConfig, CONFIGS / "quickstart.yaml", args))
@@ -207,7 +217,7 @@ def plot(results: dict, out: Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("estimated FLOPs (student training + sampling + teacher)")
         ax.set_ylabel("pass@1")
-        ax.set_title(f"arithmetic, {label}")
+        ax.set_title(f"arithmetic {results['task_options']}, {label}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -225,12 +235,15 @@ def main() -> None:
     parser.add_argument("--only", choices=METHODS, action="append")
     parser.add_argument("--student-steps", type=int, help="default: quickstart_sft.yaml's")
     parser.add_argument("--teacher-steps", type=int, help="default: quickstart.yaml's")
+    parser.add_argument("--task-options", nargs="*", default=["add_digits=2", "mul_share=0.0"],
+                        help="the post-training task's options, key=value")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {"methods": {}}
-    task = make_task("arithmetic")
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.task_options)}
+    task = make_task("arithmetic", **options)
     student, teacher = build_student_and_teacher(out, args.student_steps, args.teacher_steps)
     student_model, tokenizer = load_model(student)
     n_student = count_parameters(student_model)
@@ -238,11 +251,12 @@ def main() -> None:
     prompt_len = prompt_tokens(task, tokenizer)
     results.update(student=measure(student, task), teacher=measure(teacher, task),
                    parameters={"student": n_student, "teacher": n_teacher},
-                   prompt_tokens=prompt_len, steps=args.steps, sequences_per_step=SEQUENCES)
+                   prompt_tokens=prompt_len, steps=args.steps, sequences_per_step=SEQUENCES,
+                   task_options=options)
     for name in args.only or METHODS:
         t0 = time.perf_counter()
         run = run_sft_arm if name in SFT_ARMS else run_rl_arm
-        saved = run(name, student, teacher, out, args.steps, args.every)
+        saved = run(name, student, teacher, out, args.steps, args.every, args.task_options)
         wall = time.perf_counter() - t0
         curve = compute_curve(name, out / name, n_student, n_teacher, prompt_len)
         points = [{"step": 0, **curve[0], **{s: results["student"][s] for s in SPLITS}}]
