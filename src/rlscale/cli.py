@@ -103,7 +103,7 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
 
 @rlvr_app.command("init-model")
 def init_model_command(out: Annotated[Path, typer.Option(help="output folder")],
-                       preset: Annotated[str, typer.Option(help="tiny | small")] = "tiny",
+                       preset: Annotated[str, typer.Option(help="tiny | small | medium")] = "tiny",
                        seed: int = 0,
                        overwrite: Annotated[bool, typer.Option(
                            help="replace a model that rlscale wrote there")] = False) -> None:

@@ -29,6 +29,9 @@ TINY_PRESETS = {
     # ~6 M parameters, for longer experiments.
     "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8,
                   num_attention_heads=8, num_key_value_heads=4),
+    # ~31.5 M parameters: the largest shape the speed benchmarks time on this CPU.
+    "medium": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=10,
+                   num_attention_heads=8, num_key_value_heads=4),
 }
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
