@@ -1,0 +1,312 @@
+"""rlscale against Hugging Face TRL's `GRPOTrainer`: wall time per GRPO step, side by side.
+
+    .venv/bin/pip install -e '.[bench]'          # TRL, once
+    .venv/bin/python benchmarks/vs_trl.py        # the full table into runs/vs_trl/
+    .venv/bin/python benchmarks/vs_trl.py --models tiny --tokens 16 --steps 2 --warmup 1 \
+        --repeats 1                              # a smoke run (about a minute)
+
+One workload on both sides: the arithmetic task's train prompts (the very prompts rlscale's
+loop draws at each step), 8 prompts x 8 completions per step, temperature 1, one AdamW
+update per batch (lr 1e-4, no minibatches, no second pass), no KL term, fp32 on the CPU with
+`--threads` torch threads. Models: the presets tiny (0.8 M), small (6.3 M) and medium
+(31.5 M), freshly initialised (`init_model`, seed 0) and saved once as a Hugging Face folder
+that both sides load. A random-init model rarely samples EOS (about one token in a hundred
+with the character vocabulary), and a batch stops early only when all 64 rows have ended, so
+both sides decode the full `--tokens` budget every step; the table shows each side's mean
+completion length (a row ends at its EOS) so the equal work is visible.
+
+rlscale runs its real loop (`rlscale.rlvr.loop.train` on configs/rlvr/quickstart.yaml with
+the workload's overrides, everything else at its defaults); a step's time is `time/step_s`
+from the run's metrics.jsonl (collect, advantages, update). TRL runs `GRPOTrainer` with
+`steps_per_generation=1`, `num_iterations=1`, `gradient_accumulation_steps=1` and 64
+completions per device batch, so each optimiser step generates its own batch and skips the
+old-log-prob forward, as rlscale does; `gradient_checkpointing=False` (GRPOConfig's default
+is True, rlscale's False: recomputation would be extra work on one side only) and
+`loss_type="grpo"`, `scale_rewards="none"` (rlscale's grpo preset: per-sequence token mean,
+no std division). A TRL step is timed from `on_step_begin` to `on_step_end` of a
+TrainerCallback: generation and scoring run inside `training_step` (`_prepare_inputs`),
+within that window, which every run checks (the reward call's time must fall inside a
+window). Logging is outside the step time on both sides; `iteration` in results.json is the
+step-end to step-end interval, which includes it.
+
+Every run is its own process (`--worker`), one at a time; repeats interleave the two sides,
+alternating which goes first. The first `--warmup` steps of each run are dropped; min and
+median are over all remaining steps of all repeats. Prints a markdown table, writes
+`<out>/results.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "configs" / "rlvr" / "quickstart.yaml"
+PROMPTS, GROUP = 8, 8          # prompts per step, completions per prompt
+LR, TEMPERATURE, SEED = 1e-4, 1.0, 0
+NOT_INSTALLED = "error: TRL is not installed: pip install -e '.[bench]'"
+
+
+def step_prompts(task, steps: int, seed: int = SEED) -> list[list]:
+    """The examples rlscale's loop draws at each step (rollout draw 0), in order."""
+    from rlscale.rlvr.rollout.groups import step_seed
+
+    return [[task.sample("train", random.Random(step_seed(seed, step, "prompts:0")))
+             for _ in range(PROMPTS)] for step in range(steps)]
+
+
+def measured(values: list[float], warmup: int) -> list[float]:
+    return values[warmup:]
+
+
+def intervals(stamps: list[float], warmup: int) -> list[float]:
+    """Step-end to step-end times of the measured steps (the first step has no predecessor)."""
+    return [b - a for i, (a, b) in enumerate(zip(stamps, stamps[1:], strict=False))
+            if i + 1 >= warmup]
+
+
+# -- the two workers (each in its own process) ---------------------------------------------
+def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
+                threads: int) -> dict:
+    import torch
+
+    from rlscale.config import load_config
+    from rlscale.rlvr.config import RLVRConfig
+    from rlscale.rlvr.loop import train
+    from rlscale.runtime.metrics import MetricsLogger, read_metrics
+
+    torch.set_num_threads(threads)
+    overrides = [
+        f"model.path={model_path}", f"run_dir={run_dir}", "objective=grpo", "loss.kl_coef=0.0",
+        f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}",
+        f"rollout.max_new_tokens={tokens}", f"rollout.temperature={TEMPERATURE}",
+        f"train.steps={warmup + steps}", f"train.lr={LR}", f"train.threads={threads}",
+        f"train.seed={SEED}", "eval.every=0", "checkpoint.every=0", "progress=false"]
+    if "device" in RLVRConfig.model_fields:  # TRL runs with use_cpu=True: the CPU here too
+        overrides.append("device=cpu")
+    cfg = load_config(RLVRConfig, CONFIG, overrides)
+    # When each step's metrics are written: the whole loop iteration, guard and logging included.
+    logged: list[float] = []
+    log = MetricsLogger.log
+
+    def timed_log(self, step, metrics):
+        logged.append(time.perf_counter())
+        return log(self, step, metrics)
+
+    MetricsLogger.log = timed_log
+    train(cfg, overwrite=True)
+    rows = read_metrics(run_dir)
+    return {"step_s": measured([r["time/step_s"] for r in rows], warmup),
+            "collect_s": measured([r["time/collect_s"] for r in rows], warmup),
+            "train_s": measured([r["time/train_s"] for r in rows], warmup),
+            "length": measured([r["length/mean"] for r in rows], warmup),
+            "post_update_stats_steps": sum("policy/kl_new_old" in r for r in rows[warmup:]),
+            "iteration_s": intervals(logged, warmup), "steps": len(rows)}
+
+
+def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
+            threads: int) -> dict:
+    import warnings
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    warnings.filterwarnings("ignore")  # TRL's and accelerate's advice for GPU training
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
+    from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlscale.rlvr.model import load_tokenizer
+    from rlscale.rlvr.tasks import make_task
+
+    disable_progress_bar()
+    torch.set_num_threads(threads)
+    task = make_task("arithmetic")
+    per_step = step_prompts(task, warmup + steps)
+    by_prompt = {ex.prompt: ex for batch in per_step for ex in batch}
+    dataset = Dataset.from_dict({"prompt": [ex.prompt for batch in per_step for ex in batch]})
+    scored: list[tuple[float, list[int]]] = []  # (when a batch was scored, completion lengths)
+
+    def arithmetic_verifier(prompts, completions, completion_ids, **_):
+        rewards = []
+        for prompt, completion in zip(prompts, completions, strict=True):
+            try:
+                rewards.append(float(task.verify(completion, by_prompt[prompt])))
+            except Exception:  # rlscale scores a verifier error 0 as well
+                rewards.append(0.0)
+        scored.append((time.perf_counter(), [len(ids) for ids in completion_ids]))
+        return rewards
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.begin: list[float] = []
+            self.end: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.begin.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.end.append(time.perf_counter())
+
+    config = GRPOConfig(
+        output_dir=run_dir, per_device_train_batch_size=PROMPTS * GROUP,
+        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+        num_generations=GROUP, max_completion_length=tokens, temperature=TEMPERATURE,
+        top_p=1.0, top_k=0, beta=0.0, loss_type="grpo", scale_rewards="none",
+        learning_rate=LR, weight_decay=0.0, max_grad_norm=1.0, gradient_checkpointing=False,
+        bf16=False, fp16=False, use_cpu=True, report_to="none", logging_steps=1,
+        save_strategy="no", max_steps=warmup + steps, seed=SEED, dataloader_num_workers=0,
+        disable_tqdm=True)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
+                                                 local_files_only=True)
+    timer = StepTimer()
+    trainer = GRPOTrainer(model=model, reward_funcs=arithmetic_verifier, args=config,
+                          train_dataset=dataset, processing_class=load_tokenizer(model_path),
+                          callbacks=[timer])
+    trainer.remove_callback(PrinterCallback)  # this process's stdout is one JSON line
+    trainer.train()
+    windows = list(zip(timer.begin, timer.end, strict=True))
+    if len(scored) != len(windows):
+        raise RuntimeError(f"TRL scored {len(scored)} batches in {len(windows)} steps")
+    # Generation precedes scoring in the same `_prepare_inputs` call: a scoring time inside
+    # its step's window puts that step's generation inside it too.
+    inside = all(b <= t <= e for (b, e), (t, _) in zip(windows, scored, strict=True))
+    return {"step_s": measured([e - b for b, e in windows], warmup),
+            "collect_s": measured([t - b for (b, _), (t, _) in zip(windows, scored, strict=True)],
+                                  warmup),
+            "train_s": measured([e - t for (_, e), (t, _) in zip(windows, scored, strict=True)],
+                                warmup),
+            "length": measured([statistics.mean(n) for _, n in scored], warmup),
+            "generation_in_window": inside, "iteration_s": intervals(timer.end, warmup),
+            "steps": len(windows)}
+
+
+WORKERS = {"rlscale": run_rlscale, "trl": run_trl}
+
+
+# -- the driver ----------------------------------------------------------------------------
+def run_child(system: str, model_path: Path, run_dir: Path, tokens: int,
+              args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system,
+           "--model-path", str(model_path), "--run-dir", str(run_dir), "--tokens", str(tokens),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        sys.exit(f"error: the {system} run in {run_dir} failed (exit {proc.returncode}):\n"
+                 f"{proc.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
+def summary(runs: list[dict]) -> dict:
+    steps = [s for run in runs for s in run["step_s"]]
+    out = {"min_s": min(steps), "median_s": statistics.median(steps),
+           "collect_median_s": statistics.median(s for run in runs for s in run["collect_s"]),
+           "train_median_s": statistics.median(s for run in runs for s in run["train_s"]),
+           "mean_length": statistics.mean(x for run in runs for x in run["length"])}
+    iterations = [s for run in runs for s in run["iteration_s"]]
+    out["iteration_median_s"] = statistics.median(iterations) if iterations else None
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny,small,medium")
+    parser.add_argument("--tokens", default="16,64", help="completion tokens, comma-separated")
+    parser.add_argument("--steps", type=int, default=10, help="measured steps per run")
+    parser.add_argument("--warmup", type=int, default=2, help="steps dropped at each run's start")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="runs/vs_trl")
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    parser.add_argument("--model-path", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        result = WORKERS[args.worker](args.model_path, args.run_dir, int(args.tokens), args.steps,
+                                      args.warmup, args.threads)
+        print(json.dumps(result))
+        return
+    if importlib.util.find_spec("trl") is None:
+        sys.exit(NOT_INSTALLED)
+
+    from transformers.utils import logging as hf_logging
+
+    from rlscale.rlvr.model import count_parameters, init_model, load_model
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    out = Path(args.out)
+    models, token_counts = args.models.split(","), [int(t) for t in args.tokens.split(",")]
+    versions = {name: version(name) for name in ("torch", "transformers", "trl")}
+    print(f"torch {versions['torch']}, transformers {versions['transformers']}, "
+          f"trl {versions['trl']}; {args.threads} thread(s)")
+    print(f"workload: arithmetic, {PROMPTS} prompts x {GROUP} completions per step, temperature "
+          f"{TEMPERATURE}, AdamW lr {LR}, fp32 CPU; random-init models (EOS is rare: every batch "
+          f"decodes the full budget); {args.warmup} warmup + {args.steps} measured steps per "
+          f"run, {args.repeats} interleaved repeat(s)")
+    paths, params = {}, {}
+    for name in models:
+        paths[name] = init_model(name, out / "models" / name, seed=SEED, overwrite=True).resolve()
+        params[name] = count_parameters(load_model(paths[name])[0]) / 1e6
+    cells = [(name, tokens) for name in models for tokens in token_counts]
+    runs: dict[tuple[str, int], dict[str, list[dict]]] = {
+        cell: {"rlscale": [], "trl": []} for cell in cells}
+    for repeat in range(args.repeats):
+        order = ("rlscale", "trl") if repeat % 2 == 0 else ("trl", "rlscale")
+        for name, tokens in cells:
+            for system in order:
+                run_dir = (out / "runs" / f"{name}_{tokens}" / f"{system}_{repeat}").resolve()
+                t0 = time.perf_counter()
+                result = run_child(system, paths[name], run_dir, tokens, args)
+                runs[name, tokens][system].append(result)
+                print(f"  repeat {repeat}: {name} {tokens} tokens, {system}: median step "
+                      f"{statistics.median(result['step_s']):.3f} s "
+                      f"({time.perf_counter() - t0:.0f} s with start-up)", file=sys.stderr)
+    print("\n| model | completion tokens | rlscale min / median s | TRL min / median s | "
+          "TRL / rlscale | rlscale collect / train s | TRL generate+score / rest s | "
+          "mean length rlscale / TRL |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    cell_results = []
+    for name, tokens in cells:
+        ours, theirs = (summary(runs[name, tokens][s]) for s in ("rlscale", "trl"))
+        ratio = theirs["median_s"] / ours["median_s"]
+        print(f"| {name} ({params[name]:.1f} M) | {tokens} | {ours['min_s']:.3f} / "
+              f"{ours['median_s']:.3f} | {theirs['min_s']:.3f} / {theirs['median_s']:.3f} | "
+              f"{ratio:.2f}x | {ours['collect_median_s']:.3f} / {ours['train_median_s']:.3f} | "
+              f"{theirs['collect_median_s']:.3f} / {theirs['train_median_s']:.3f} | "
+              f"{ours['mean_length']:.1f} / {theirs['mean_length']:.1f} |")
+        cell_results.append({"model": name, "params_m": params[name], "tokens": tokens,
+                             "rlscale": ours, "trl": theirs, "trl_over_rlscale": ratio,
+                             "runs": runs[name, tokens]})
+    outside = [f"{c['model']}/{c['tokens']}" for c in cell_results
+               if not all(r["generation_in_window"] for r in c["runs"]["trl"])]
+    if outside:
+        print(f"warning: TRL scored a batch outside its step window in {', '.join(outside)}")
+    print("\nTRL / rlscale > 1: rlscale is faster (ratio of median step times).")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({
+        "versions": versions, "threads": args.threads, "steps": args.steps,
+        "warmup": args.warmup, "repeats": args.repeats, "prompts_per_step": PROMPTS,
+        "group_size": GROUP, "lr": LR, "temperature": TEMPERATURE, "cells": cell_results},
+        indent=1))
+    print(f"wrote {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
