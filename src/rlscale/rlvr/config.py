@@ -125,10 +125,21 @@ class TrainConfig(StrictModel):
     minibatches: int = Field(1, ge=1, description="optimiser updates per step per epoch")
     epochs: int = Field(1, ge=1, description="passes over each collected batch")
     micro_batch_size: int = Field(0, ge=0, description="memory limit only; 0 = whole minibatch")
+    micro_batch_tokens: int = Field(
+        0, ge=0, description="memory limit by tokens: a micro-batch holds at most this many "
+        "prompt + completion tokens (a longer sequence alone); 0 = by micro_batch_size only")
+    pack: bool = Field(
+        False, description="pack several sequences per row (no padding) in the update's forward")
+    compute_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the update's matmuls: bfloat16 = autocast, fp32 master weights")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, ~1/3 more compute")
     seed: int = 0
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = all cores")
     post_update_stats: bool = Field(
-        True, description="an extra forward after each step: KL(new||old), where the update landed")
+        True, description="an extra forward after a step: KL(new||old), where the update landed")
+    post_update_stats_every: int = Field(
+        10, ge=1, description="the post-update statistics on every N-th step (they cost a forward)")
 
 
 class EvalConfig(StrictModel):
@@ -151,7 +162,9 @@ class HealthConfig(StrictModel):
 
 # Fields a `--resume` may change without --allow-config-change: they change speed or logging,
 # never the math of a step (train.steps may only grow; the loop checks that).
-RESUME_FREE_FIELDS = ("run_dir", "train.steps", "train.threads", "train.post_update_stats",
+RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "train.post_update_stats",
+                      "train.post_update_stats_every", "train.micro_batch_size",
+                      "train.micro_batch_tokens", "train.pack", "train.gradient_checkpointing",
                       "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",
                       "runtime.address", "runtime.worker_threads")
 
@@ -175,8 +188,13 @@ class RuntimeConfig(StrictModel):
     max_worker_restarts: int = Field(10, ge=0)
 
 
+Device = Literal["auto", "cpu", "cuda"]
+DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
+
+
 class RLVRConfig(StrictModel):
     run_dir: str = "runs/rlvr"
+    device: Device = Field("auto", description=DEVICE_HELP)
     model: ModelConfig
     task: TaskConfig = Field(default_factory=TaskConfig)
     objective: str = Field("grpo", description="a preset name from objectives.PRESETS")
@@ -234,6 +252,7 @@ class SFTConfig(StrictModel):
 
     out: str = "runs/sft/model"
     run_dir: str = "runs/sft"
+    device: Device = Field("auto", description=DEVICE_HELP)
     model: ModelConfig | None = None
     init_preset: str | None = Field(
         None, description="start from a freshly built preset (e.g. tiny) instead of model.path")

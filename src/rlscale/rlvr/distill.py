@@ -25,10 +25,13 @@ import torch
 from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
+from ..runtime.device import resolve_device
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
 from . import objectives
 from .config import SFTConfig
+from .layout import Layout
+from .logprobs import layout_logits, token_logprobs
 from .model import PromptFormatter, build_tiny_model, load_model, load_teacher, save_model
 from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
@@ -65,7 +68,8 @@ def teacher_samples(cfg: SFTConfig, tokenizer, prompts: list[list[int]]
                     ) -> list[tuple[list[int], list[int]]]:
     """One completion per prompt sampled from `cfg.teacher` with the RL sampler, as it came
     (its EOS when it stopped, cut at `data.max_new_tokens` when it did not)."""
-    teacher = load_teacher(cfg.teacher.path, cfg.teacher.dtype, tokenizer)
+    teacher = load_teacher(cfg.teacher.path, cfg.teacher.dtype, tokenizer).to(
+        resolve_device(cfg.device))
     params = SamplingParams(cfg.data.max_new_tokens, cfg.data.temperature, 1.0)
     generator = torch.Generator().manual_seed(cfg.data.seed)
     pairs = []
@@ -95,10 +99,13 @@ def collate(pairs: list[tuple[list[int], list[int]]], pad_id: int):
 def target_logprobs(model, ids: torch.Tensor, attention: torch.Tensor,
                     labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`[B, L - 1]` log pi(y_t | y_<t) of each next token, and the mask of the targets
-    (labels other than -100). The logit at position t predicts token t + 1."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    (labels other than -100). The logit at position t predicts token t + 1; the output
+    layer runs on target positions only (rlvr/logprobs.py)."""
     targets = labels[:, 1:]
-    logp = logits.log_softmax(-1).gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    where = (targets != -100).nonzero(as_tuple=True)
+    layout = Layout(ids, (attention.cumsum(-1) - 1).clamp(min=0), attention, where, where)
+    logp = torch.zeros(targets.shape, dtype=torch.float32, device=ids.device)
+    logp = logp.index_put(where, token_logprobs(layout_logits(model, layout), targets[where]))
     return logp, (targets != -100).float()
 
 
@@ -110,6 +117,7 @@ def demonstration_weight(cfg: SFTConfig) -> str:
 
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> Path:
     run_dir, out = Path(cfg.run_dir), Path(cfg.out)
+    resolve_device(cfg.device)  # a missing GPU is a one-line error before anything is written
     rundir.check_separate(out, run_dir)
     rundir.check_model_out(out, overwrite=overwrite)
     # out may live inside run_dir (the default: runs/sft/model): it is the run's own entry.
@@ -129,6 +137,8 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         model, tokenizer = build_tiny_model(cfg.init_preset, seed=cfg.seed)
     else:
         model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
+    device = resolve_device(cfg.device)
+    model.to(device)
     dump_config(cfg, run_dir / "config.yaml")
     pairs = build_demonstrations(cfg, tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -153,6 +163,7 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
             t0 = time.perf_counter()
             ids, attention, labels = collate(rng.sample(pairs, min(cfg.batch_size, len(pairs))),
                                              tokenizer.pad_token_id)
+            ids, attention, labels = ids.to(device), attention.to(device), labels.to(device)
             logp, mask = target_logprobs(model, ids, attention, labels)
             loss, metrics = objectives.demonstration_loss(logp, mask, weight=weight)
             optimizer.zero_grad(set_to_none=True)

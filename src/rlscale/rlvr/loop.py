@@ -22,6 +22,7 @@ import torch
 from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
+from ..runtime.device import peak_memory_gib, resolve_device
 from ..runtime.fleet import ray_session
 from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
@@ -99,6 +100,7 @@ class RLVRRun:
                  allow_config_change: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
+        self.device = resolve_device(cfg.device)  # before the run directory: a bad one costs nothing
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
         self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
@@ -107,19 +109,25 @@ class RLVRRun:
             torch.set_num_threads(cfg.train.threads)
         self.task = make_task(cfg.task.name, **cfg.task.options)
         self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
+        self.model.to(self.device)
+        t = cfg.train
+        if t.gradient_checkpointing:  # engages in train mode only: sampling keeps its cache
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference = None
         if self.objective.kl_coef > 0:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
-            self.reference.eval().requires_grad_(False)
+            self.reference.to(self.device).eval().requires_grad_(False)
         # On-policy distillation's teacher scores the student's samples (checked: same tokenizer).
-        self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer)
+        self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer
+                                     ).to(self.device)
                         if self.objective.uses_teacher else None)
-        t = cfg.train
         self.trainer = PolicyTrainer(
             self.model, self.reference, self.objective, lr=t.lr, weight_decay=t.weight_decay,
             warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
             epochs=t.epochs, micro_batch_size=t.micro_batch_size,
-            temperature=cfg.rollout.temperature)
+            temperature=cfg.rollout.temperature, micro_batch_tokens=t.micro_batch_tokens,
+            pack=t.pack, compute_dtype=t.compute_dtype)
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
         self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg, self.pool)
@@ -270,9 +278,10 @@ class RLVRRun:
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
         metrics.update(self.trainer.step(batch, generator))
-        if cfg.train.post_update_stats:
+        if cfg.train.post_update_stats and (self.step + 1) % cfg.train.post_update_stats_every == 0:
             metrics.update(self.trainer.update_stats(batch))
         t_train = time.perf_counter() - t1
+        metrics.update(peak_memory_gib(self.device))
         per_group = group.rewards.view(-1, size)
         tokens = int(r.lengths.sum())
         metrics.update({

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 
 from . import objectives
+from .layout import sequence_lengths
+from .logprobs import completion_logprobs
 
 
 @dataclass
@@ -38,7 +41,25 @@ class PolicyBatch:
     def versions(self) -> torch.Tensor:
         if self.token_versions is not None:
             return self.token_versions
-        return torch.full(self.mask.shape, self.policy_version, dtype=torch.long)
+        return torch.full(self.mask.shape, self.policy_version, dtype=torch.long,
+                          device=self.mask.device)
+
+    def lengths(self) -> torch.Tensor:
+        """[B] prompt + completion tokens of each sequence."""
+        prompt, completion = sequence_lengths(self.attention_mask, self.prompt_width, self.mask)
+        return (prompt + completion).cpu()
+
+    def to(self, device: torch.device) -> PolicyBatch:
+        if self.input_ids.device == device:
+            return self
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return PolicyBatch(move(self.input_ids), move(self.attention_mask), self.prompt_width,
+                           move(self.completion_ids), move(self.mask), move(self.advantages),
+                           move(self.sampler_logprobs), self.policy_version,
+                           move(self.token_versions), move(self.teacher_logprobs))
 
 
 def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor,
@@ -60,23 +81,24 @@ def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor
         policy_version=policy_version, token_versions=token_versions)
 
 
-def completion_logprobs(model, batch: PolicyBatch, temperature: float = 1.0,
-                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[B, T] log-probs of the completion tokens (and the policy's entropy at each)."""
-    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   position_ids=positions, use_cache=False).logits
-    # The logit at position t predicts token t + 1: completion token j sits at P + j.
-    width = batch.completion_ids.shape[1]
-    logits = logits[:, batch.prompt_width - 1: batch.prompt_width - 1 + width].float()
-    logits = logits / temperature
-    logp = logits.log_softmax(-1).gather(-1, batch.completion_ids[..., None]).squeeze(-1)
-    entropy = objectives.token_entropy_from_logits(logits) if with_entropy else None
-    return logp * batch.mask, entropy
-
-
-def _chunks(index: torch.Tensor, size: int) -> list[torch.Tensor]:
-    return list(index.split(size)) if size > 0 else [index]
+def micro_batches(index: torch.Tensor, lengths: torch.Tensor, rows: int = 0,
+                  tokens: int = 0) -> list[torch.Tensor]:
+    """Consecutive groups of `index` (a minibatch's sequence order) of at most `rows`
+    sequences and, with `tokens`, at most that many prompt + completion tokens (a longer
+    sequence forms a group alone); 0 = no limit of that kind. Memory limits only: the loss
+    is normalised by the whole minibatch, so the grouping never changes the math."""
+    if tokens <= 0:
+        return list(index.split(rows)) if rows > 0 else [index]
+    groups, current, used = [], [], 0
+    for k, n in zip(index.tolist(), lengths[index].tolist(), strict=True):
+        if current and (used + n > tokens or (rows > 0 and len(current) >= rows)):
+            groups.append(current)
+            current, used = [], 0
+        current.append(k)
+        used += n
+    if current:
+        groups.append(current)
+    return [torch.tensor(g, dtype=torch.long) for g in groups]
 
 
 class PolicyTrainer:
@@ -84,39 +106,59 @@ class PolicyTrainer:
 
     def __init__(self, model, reference, objective: objectives.Objective, *, lr: float,
                  weight_decay: float, warmup_steps: int, grad_clip: float, minibatches: int,
-                 epochs: int, micro_batch_size: int, temperature: float) -> None:
+                 epochs: int, micro_batch_size: int, temperature: float,
+                 micro_batch_tokens: int = 0, pack: bool = False,
+                 compute_dtype: str = "float32") -> None:
         self.model, self.reference, self.objective = model, reference, objective
         self.grad_clip, self.minibatches, self.epochs = grad_clip, minibatches, epochs
-        self.micro_batch_size, self.temperature = micro_batch_size, temperature
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                           betas=(0.9, 0.99))
+        self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
+        self.temperature, self.pack = temperature, pack
+        self.device = next(model.parameters()).device
+        self.compute_dtype = compute_dtype
+        # With LoRA only the adapters train: the optimiser holds what requires a gradient.
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                           lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps else 1.0)
         self.version = 0  # bumped after every step's updates: the policy version
         self.skipped_updates = 0  # optimiser updates skipped for a non-finite gradient
 
     # -- helpers -------------------------------------------------------------------------
+    def _autocast(self):
+        """bf16 matmuls with fp32 master weights (`train.compute_dtype: bfloat16`)."""
+        if self.compute_dtype == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def _micro_batches(self, index: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
+        return micro_batches(index, lengths, self.micro_batch_size, self.micro_batch_tokens)
+
+    def _logprobs(self, model, batch: PolicyBatch, with_entropy: bool = False):
+        with self._autocast():
+            return completion_logprobs(model, batch, self.temperature, with_entropy, self.pack)
+
     @torch.no_grad()
     def score_logprobs(self, model, batch: PolicyBatch) -> torch.Tensor:
         """`[B, T]` log-probs of the batch's completion tokens under `model` (pi_old, the
         reference, a teacher), without gradients, in micro-batches, at the sampling temperature."""
-        out = []
-        for idx in _chunks(torch.arange(len(batch)), self.micro_batch_size):
-            out.append(completion_logprobs(model, batch.select(idx), self.temperature)[0])
-        return torch.cat(out)
+        batch = batch.to(self.device)
+        return torch.cat([self._logprobs(model, batch.select(idx))[0]
+                          for idx in self._micro_batches(torch.arange(len(batch)), batch.lengths())])
 
     @torch.no_grad()
     def _top_entropy_rows(self, minibatch: PolicyBatch, rho: float) -> torch.Tensor:
         """The top-rho entropy tokens of the whole minibatch (not of each micro-batch, so
         the micro-batch size never changes which tokens get the gradient)."""
         entropy = torch.cat([
-            completion_logprobs(self.model, minibatch.select(idx), self.temperature, True)[1]
-            for idx in _chunks(torch.arange(len(minibatch)), self.micro_batch_size)])
+            self._logprobs(self.model, minibatch.select(idx), with_entropy=True)[1]
+            for idx in self._micro_batches(torch.arange(len(minibatch)), minibatch.lengths())])
         return objectives.top_entropy_mask(entropy, minibatch.mask, rho)
 
     # -- the update ----------------------------------------------------------------------
     def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> dict[str, float]:
         self.model.train()
+        batch = batch.to(self.device)
+        lengths = batch.lengths()
         updates = self.epochs * self.minibatches
         # pi_old is the trainer's own recomputation in its own dtype, whoever sampled the batch
         # (the engine's mu may come from other weights, another dtype or process). With one
@@ -140,15 +182,14 @@ class PolicyTrainer:
                 if len(mb_index) == 0:
                     continue
                 mb_tokens = float(batch.mask[mb_index].sum())
-                chunks = _chunks(mb_index, self.micro_batch_size)
+                chunks = self._micro_batches(mb_index, lengths)
                 keep = (self._top_entropy_rows(batch.select(mb_index), rho)
                         if rho < 1.0 else None)
                 self.optimizer.zero_grad(set_to_none=True)
                 offset = 0
                 for idx in chunks:
                     micro = batch.select(idx)
-                    logp, entropy = completion_logprobs(self.model, micro, self.temperature,
-                                                        with_entropy=True)
+                    logp, entropy = self._logprobs(self.model, micro, with_entropy=True)
                     mask = micro.mask
                     if keep is not None:
                         mask = keep[offset: offset + len(idx)]
@@ -165,8 +206,8 @@ class PolicyTrainer:
                         kl_coef=o.kl_coef, kl_kind=o.kl_kind)
                     loss.backward()
                     if epoch == 0:
-                        logp_first[idx], entropy_first[idx] = logp.detach(), entropy.detach()
-                    entropies.append((float((entropy.detach() * micro.mask).sum()),
+                        logp_first[idx], entropy_first[idx] = logp.detach(), entropy
+                    entropies.append((float((entropy * micro.mask).sum()),
                                       float(micro.mask.sum())))
                     for k, v in metrics.items():
                         if isinstance(v, float) and math.isfinite(v):
@@ -212,6 +253,7 @@ class PolicyTrainer:
     def update_stats(self, batch: PolicyBatch) -> dict[str, float]:
         """How far the last step moved the policy on its own samples, and where it moved it."""
         logp_before, entropy_before = self._before
+        batch = batch.to(self.device)
         self.model.eval()
         logp_after = self.score_logprobs(self.model, batch)
         mask = batch.mask

@@ -1,0 +1,74 @@
+"""Log-probs (and entropies) of completion tokens under a model: the trainer's forward.
+
+The output layer runs only where the loss needs it: the decoder runs over the layout's
+tokens (rlvr/layout.py), and the vocabulary projection over the positions that predict
+completion tokens; the log-prob is the target's logit minus the row's logsumexp, never a
+full `[N, V]` log-softmax copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import objectives
+from .layout import Layout, packed_layout, padded_layout
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] = logits[target] - logsumexp(logits), over the last axis.
+
+    `[..., V]` logits and `[...]` targets -> `[...]`, in float32 at least."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1)
+    return picked - logits.logsumexp(-1)
+
+
+def _plain_output_layer(model) -> bool:
+    """Whether the model's logits are just its output embedding of the last hidden state
+    (Llama, Qwen2, Mistral, GPT-2, ...), so the projection can run on chosen positions. Models
+    that scale or soft-cap their logits take the full forward instead."""
+    config = model.config
+    return (hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
+            and getattr(config, "final_logit_softcapping", None) is None
+            and getattr(config, "logit_scale", None) is None
+            and getattr(config, "logits_scaling", None) is None)
+
+
+def layout_logits(model, layout: Layout) -> torch.Tensor:
+    """`[N, V]` logits at `layout.logit_index` (the positions predicting completion tokens)."""
+    inputs = dict(input_ids=layout.input_ids, attention_mask=layout.attention_mask,
+                  position_ids=layout.position_ids, use_cache=False)
+    if _plain_output_layer(model):
+        hidden = model.get_decoder()(**inputs).last_hidden_state
+        return model.get_output_embeddings()(hidden[layout.logit_index])
+    return model(**inputs).logits[layout.logit_index]
+
+
+def make_layout(batch, pack: bool) -> Layout:
+    """`batch` is a PolicyBatch (or any record with its four fields). A packed row's tail
+    is a segment of its own whose outputs are never read, so its token id does not matter."""
+    if pack:
+        return packed_layout(batch.input_ids, batch.attention_mask, batch.prompt_width,
+                             batch.mask, pad_token_id=0)
+    return padded_layout(batch.input_ids, batch.attention_mask, batch.prompt_width, batch.mask)
+
+
+def completion_logprobs(model, batch, temperature: float = 1.0, with_entropy: bool = False,
+                        pack: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[B, T]` log-probs of the completion tokens at `temperature` (0 on padding), and with
+    `with_entropy` the policy's entropy at each (detached: a metric and a token filter, never
+    differentiated)."""
+    layout = make_layout(batch, pack)
+    logits = layout_logits(model, layout)
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.completion_ids[layout.token_index]
+    logp = torch.zeros(batch.completion_ids.shape, dtype=torch.float32,
+                       device=batch.completion_ids.device)
+    logp = logp.index_put(layout.token_index, token_logprobs(logits, targets))
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = torch.zeros_like(logp).index_put(
+                layout.token_index, objectives.token_entropy_from_logits(logits.detach()))
+    return logp, entropy
