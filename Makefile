@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU wheel of torch; a bare 'torch' requirement would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,openspiel,ray,tasks,wandb,trackio]'
+	$(BIN)/pip install -q -e '.[dev,openspiel,ray,tasks,wandb,trackio,lora]'
 	touch $(STAMP)
 
 install: $(STAMP)

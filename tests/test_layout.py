@@ -10,7 +10,7 @@ import torch
 from rlscale.rlvr import objectives
 from rlscale.rlvr.layout import first_fit_decreasing, packed_layout, padded_layout
 from rlscale.rlvr.logprobs import completion_logprobs, token_logprobs
-from rlscale.rlvr.model import build_tiny_model
+from rlscale.rlvr.model import build_tiny_model, enable_activation_checkpointing
 from rlscale.rlvr.trainer import PolicyTrainer, build_policy_batch, micro_batches
 from rlscale.runtime.device import DeviceError, resolve_device
 
@@ -144,8 +144,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model = _model()
         if checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         model.train()
         logp, _ = completion_logprobs(model, batch)
         (logp.sum()).backward()

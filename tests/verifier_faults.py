@@ -73,3 +73,8 @@ def scripted_reward(completion: str, example: Example) -> float:
 
 def length_reward(completion: str, example: Example) -> float:
     return float(len(completion))
+
+
+def digit_share(completion: str, example: Example) -> float:
+    """A dense reward that even a random model's samples vary in: the share of digits."""
+    return sum(c.isdigit() for c in completion) / max(len(completion), 1)

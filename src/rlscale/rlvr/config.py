@@ -17,9 +17,24 @@ if TYPE_CHECKING:
     from .objectives import Objective
 
 
+class LoraSettings(StrictModel):
+    """`model.lora`: train low-rank adapters (peft) instead of every weight."""
+
+    r: int = Field(8, ge=1, description="the adapters' rank")
+    alpha: float = Field(16.0, gt=0, description="scale alpha / r")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: str | list[str] = Field(
+        "all-linear", description="module names to adapt, or all-linear (every linear layer "
+        "but the output layer)")
+    save: Literal["merged", "adapter"] = Field(
+        "merged", description="the final model: merged into the base weights (a plain model "
+        "folder) or the adapter folder alone")
+
+
 class ModelConfig(StrictModel):
     path: str = Field(description="local Hugging Face model folder (config.json, weights, tokenizer)")
     dtype: Literal["float32", "bfloat16"] = "float32"
+    lora: LoraSettings | None = Field(None, description="train LoRA adapters (needs rlscale[lora])")
     chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
     system_prompt: str | None = Field(
         None, description="a system message before every prompt (chat); plain models: a prefix line")
@@ -210,6 +225,13 @@ class RLVRConfig(StrictModel):
     tensorboard: bool = True
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     progress: bool = True
+
+    @model_validator(mode="after")
+    def _lora_in_the_sync_loop(self) -> RLVRConfig:
+        if self.model.lora is not None and self.runtime.mode != "sync":
+            raise ValueError("model.lora trains in runtime.mode sync only (the fleets publish "
+                             "whole weights to their inference workers)")
+        return self
 
     @model_validator(mode="after")
     def _known_objective(self) -> RLVRConfig:

@@ -28,11 +28,11 @@ from ..runtime import rundir
 from ..runtime.device import resolve_device
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
-from . import objectives
+from . import lora, objectives
 from .config import SFTConfig
 from .layout import Layout
 from .logprobs import layout_logits, token_logprobs
-from .model import PromptFormatter, build_tiny_model, load_model, load_teacher, save_model
+from .model import PromptFormatter, build_tiny_model, load_model, load_teacher
 from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
 
@@ -139,9 +139,12 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
     device = resolve_device(cfg.device)
     model.to(device)
+    settings = cfg.model.lora if cfg.model is not None else None
+    if settings is not None:
+        model = lora.apply_lora(model, settings, cfg.seed)
     dump_config(cfg, run_dir / "config.yaml")
     pairs = build_demonstrations(cfg, tokenizer)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   betas=(0.9, 0.98))
 
     def schedule(step: int) -> float:  # linear warmup, cosine decay to 10%
@@ -180,10 +183,10 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
             progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:
-                    save_model(model, tokenizer, tmp)
+                    lora.save_trained(model, tokenizer, tmp, settings)
     finally:
         progress.close()
         logger.close()
     with ckpt.atomic_dir(out) as tmp:
-        save_model(model, tokenizer, tmp)
+        lora.save_trained(model, tokenizer, tmp, settings)
     return out

@@ -28,11 +28,17 @@ from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, pa
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
 from ..runtime.trackers import open_trackers
 from ..runtime.versions import staleness
-from . import objectives, shaping
+from . import lora, objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetRollouts
-from .model import PromptFormatter, load_model, load_teacher, save_model
+from .model import (
+    PromptFormatter,
+    enable_activation_checkpointing,
+    load_model,
+    load_teacher,
+    save_model,
+)
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
 from .rollout.sampler import SamplingParams, decode_completions, generate
@@ -112,10 +118,11 @@ class RLVRRun:
         self.model.to(self.device)
         t = cfg.train
         if t.gradient_checkpointing:  # engages in train mode only: sampling keeps its cache
-            self.model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.reference = None
-        if self.objective.kl_coef > 0:
+            enable_activation_checkpointing(self.model)
+        if cfg.model.lora is not None:
+            self.model = lora.apply_lora(self.model, cfg.model.lora, cfg.train.seed)
+        self.reference = None  # with LoRA: the base model, by disabling the adapters
+        if self.objective.kl_coef > 0 and cfg.model.lora is None:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
             self.reference.to(self.device).eval().requires_grad_(False)
         # On-policy distillation's teacher scores the student's samples (checked: same tokenizer).
@@ -162,9 +169,12 @@ class RLVRRun:
                 self.fleet_state["in_flight"] + admitted - self.fleet_state["next_group"])}
 
     def _load_checkpoint(self, path: Path) -> None:
-        model, _ = load_model(path, self.cfg.model.dtype)
         state = torch.load(path / "trainer_state.pt", weights_only=False)
-        self.model.load_state_dict(model.state_dict())
+        if lora.is_lora(self.model):
+            lora.load_adapter(self.model, path)
+        else:
+            model, _ = load_model(path, self.cfg.model.dtype)
+            self.model.load_state_dict(model.state_dict())
         self.trainer.optimizer.load_state_dict(state["optimizer"])
         self.trainer.scheduler.load_state_dict(state["scheduler"])
         self._config_lr_wins()
@@ -214,7 +224,10 @@ class RLVRRun:
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
         with ckpt.atomic_dir(path) as tmp:
-            save_model(self.model, self.tokenizer, tmp)
+            if lora.is_lora(self.model):  # the adapters are the whole trained state
+                lora.save_adapter(self.model, self.tokenizer, tmp)
+            else:
+                save_model(self.model, self.tokenizer, tmp)
             torch.save({"optimizer": self.trainer.optimizer.state_dict(),
                         "scheduler": self.trainer.scheduler.state_dict(),
                         "version": self.trainer.version, "step": self.step,
@@ -413,7 +426,7 @@ class RLVRRun:
             progress.close()
             logger.close()
         with ckpt.atomic_dir(final) as tmp:
-            save_model(self.model, self.tokenizer, tmp)
+            lora.save_trained(self.model, self.tokenizer, tmp, self.cfg.model.lora)
         return final
 
 

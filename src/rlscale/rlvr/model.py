@@ -187,3 +187,13 @@ class PromptFormatter:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant), with
+    the name transformers 5.2x uses and the one before it."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

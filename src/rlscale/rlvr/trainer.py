@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import objectives
+from . import lora, objectives
 from .layout import sequence_lengths
 from .logprobs import completion_logprobs
 
@@ -145,6 +145,16 @@ class PolicyTrainer:
         return torch.cat([self._logprobs(model, batch.select(idx))[0]
                           for idx in self._micro_batches(torch.arange(len(batch)), batch.lengths())])
 
+    def reference_logprobs(self, batch: PolicyBatch) -> torch.Tensor | None:
+        """The reference policy's log-probs: a separate model, or with LoRA the base model
+        (the trained model with its adapters disabled); None when there is neither."""
+        if self.reference is not None:
+            return self.score_logprobs(self.reference, batch)
+        if lora.is_lora(self.model):
+            with self.model.disable_adapter():
+                return self.score_logprobs(self.model, batch)
+        return None
+
     @torch.no_grad()
     def _top_entropy_rows(self, minibatch: PolicyBatch, rho: float) -> torch.Tensor:
         """The top-rho entropy tokens of the whole minibatch (not of each micro-batch, so
@@ -167,8 +177,7 @@ class PolicyTrainer:
         single_pass = updates == 1
         old_logp = None if single_pass else self.score_logprobs(self.model, batch)
         o = self.objective
-        ref_logp = (self.score_logprobs(self.reference, batch)
-                    if o.kl_coef > 0 and self.reference is not None else None)
+        ref_logp = self.reference_logprobs(batch) if o.kl_coef > 0 else None
 
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
