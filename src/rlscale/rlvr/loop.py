@@ -8,6 +8,7 @@ the learner side.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import queue
@@ -22,7 +23,12 @@ import torch
 from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
-from ..runtime.device import peak_memory_gib, resolve_device
+from ..runtime.device import (
+    compute_context,
+    peak_memory_gib,
+    resolve_compute_dtype,
+    resolve_device,
+)
 from ..runtime.fleet import ray_session
 from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
@@ -55,9 +61,11 @@ GUARDED_METRICS = ("loss/loss", "policy/grad_norm", "policy/grad_norm_max", "pol
 class RolloutWorker:
     """The sampler side: draws prompts, generates G completions each, scores them."""
 
-    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool) -> None:
+    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool,
+                 compute=None) -> None:
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
         self.pool = pool
+        self.compute = compute or contextlib.nullcontext()  # the matmul dtype (train.compute_dtype)
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         r = cfg.rollout
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
@@ -71,9 +79,11 @@ class RolloutWorker:
                for ex in rows]
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
         self.model.eval()
-        rollout = generate(self.model, ids, self.params, eos_token_id=self.tokenizer.eos_token_id,
-                           pad_token_id=self.tokenizer.pad_token_id, generator=generator,
-                           policy_version=policy_version)
+        with self.compute:
+            rollout = generate(self.model, ids, self.params,
+                               eos_token_id=self.tokenizer.eos_token_id,
+                               pad_token_id=self.tokenizer.pad_token_id, generator=generator,
+                               policy_version=policy_version)
         texts = decode_completions(self.tokenizer, rollout)
         t0 = time.perf_counter()
         scored = self.pool.score(texts, rows)
@@ -107,6 +117,7 @@ class RLVRRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.device = resolve_device(cfg.device)  # before the run directory: a bad one costs nothing
+        self.compute_dtype = resolve_compute_dtype(cfg.train.compute_dtype, self.device)
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
         self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
@@ -134,10 +145,11 @@ class RLVRRun:
             warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
             epochs=t.epochs, micro_batch_size=t.micro_batch_size,
             temperature=cfg.rollout.temperature, micro_batch_tokens=t.micro_batch_tokens,
-            pack=t.pack, compute_dtype=t.compute_dtype)
+            pack=t.pack, compute_dtype=self.compute_dtype)
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
-        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg, self.pool)
+        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg, self.pool,
+                                    compute_context(self.device, self.compute_dtype))
         self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
         self.rollouts: queue.Queue[RolloutGroup] = queue.Queue(maxsize=1)
         self.step = 0
@@ -147,7 +159,9 @@ class RLVRRun:
         self.fleet_state: dict[str, int] | None = None  # the fleet's, from a checkpoint
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
-        resolved = cfg.model_copy(update={"loss": LossConfig(**asdict(self.objective))})
+        resolved = cfg.model_copy(update={
+            "loss": LossConfig(**asdict(self.objective)),
+            "train": cfg.train.model_copy(update={"compute_dtype": self.compute_dtype})})
         if resume:
             self._restore()
             self._check_resumed_config(resolved, allow_config_change)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 
+from ..runtime.device import compute_context
 from . import lora, objectives
 from .layout import sequence_lengths
 from .logprobs import completion_logprobs
@@ -108,7 +108,7 @@ class PolicyTrainer:
                  weight_decay: float, warmup_steps: int, grad_clip: float, minibatches: int,
                  epochs: int, micro_batch_size: int, temperature: float,
                  micro_batch_tokens: int = 0, pack: bool = False,
-                 compute_dtype: str = "float32") -> None:
+                 compute_dtype: str = "float32") -> None:  # resolved: float32 | bfloat16
         self.model, self.reference, self.objective = model, reference, objective
         self.grad_clip, self.minibatches, self.epochs = grad_clip, minibatches, epochs
         self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
@@ -126,9 +126,7 @@ class PolicyTrainer:
     # -- helpers -------------------------------------------------------------------------
     def _autocast(self):
         """bf16 matmuls with fp32 master weights (`train.compute_dtype: bfloat16`)."""
-        if self.compute_dtype == "float32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return compute_context(self.device, self.compute_dtype)
 
     def _micro_batches(self, index: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
         return micro_batches(index, lengths, self.micro_batch_size, self.micro_batch_tokens)
