@@ -7,8 +7,10 @@
 
 One workload on both sides: the arithmetic task's train prompts (the very prompts rlscale's
 loop draws at each step), 8 prompts x 8 completions per step, temperature 1, one AdamW
-update per batch (lr 1e-4, no minibatches, no second pass), no KL term, fp32 on the CPU with
-`--threads` torch threads. Models: the presets tiny (0.8 M), small (6.3 M) and medium
+update per batch (lr 1e-4, no minibatches, no second pass), no KL term, on the CPU with
+`--threads` torch threads, at each `--precision`: fp32 (both sides in fp32: like for like) and
+bf16 (both autocast to bf16 with fp32 weights: each side's default on a CPU with native bf16,
+rlscale's `train.compute_dtype: auto` and GRPOConfig's `bf16=True`). Models: the presets tiny (0.8 M), small (6.3 M) and medium
 (31.5 M), freshly initialised (`init_model`, seed 0) and saved once as a Hugging Face folder
 that both sides load. A random-init model rarely samples EOS (about one token in a hundred
 with the character vocabulary), and a batch stops early only when all 64 rows have ended, so
@@ -26,8 +28,10 @@ is True, rlscale's False: recomputation would be extra work on one side only) an
 no std division). A TRL step is timed from `on_step_begin` to `on_step_end` of a
 TrainerCallback: generation and scoring run inside `training_step` (`_prepare_inputs`),
 within that window, which every run checks (the reward call's time must fall inside a
-window). Logging is outside the step time on both sides; `iteration` in results.json is the
-step-end to step-end interval, which includes it.
+window). The table's times are step-end to step-end intervals (rlscale: when each step's
+metrics are logged; TRL: `on_step_end`), so everything either loop does per step counts,
+rlscale's non-finite-guard snapshot and logging included; `step_median_s` in results.json
+is the timed step alone (rlscale's `time/step_s`, TRL's callback window).
 
 Every run is its own process (`--worker`), one at a time; repeats interleave the two sides,
 alternating which goes first. The first `--warmup` steps of each run are dropped; min and
@@ -54,6 +58,10 @@ CONFIG = REPO / "configs" / "rlvr" / "quickstart.yaml"
 PROMPTS, GROUP = 8, 8          # prompts per step, completions per prompt
 LR, TEMPERATURE, SEED = 1e-4, 1.0, 0
 NOT_INSTALLED = "error: TRL is not installed: pip install -e '.[bench]'"
+# fp32: both sides compute in fp32 (like for like). bf16: both autocast to bf16 with fp32
+# weights (rlscale train.compute_dtype=bfloat16, TRL bf16=True): each side's default on a CPU
+# with native bf16 (rlscale's `auto`; GRPOConfig's bf16 defaults to True).
+COMPUTE_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def step_prompts(task, steps: int, seed: int = SEED) -> list[list]:
@@ -76,7 +84,7 @@ def intervals(stamps: list[float], warmup: int) -> list[float]:
 
 # -- the two workers (each in its own process) ---------------------------------------------
 def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
-                threads: int) -> dict:
+                threads: int, precision: str) -> dict:
     import torch
 
     from rlscale.config import load_config
@@ -90,9 +98,9 @@ def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: 
         f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}",
         f"rollout.max_new_tokens={tokens}", f"rollout.temperature={TEMPERATURE}",
         f"train.steps={warmup + steps}", f"train.lr={LR}", f"train.threads={threads}",
-        f"train.seed={SEED}", "eval.every=0", "checkpoint.every=0", "progress=false"]
-    if "device" in RLVRConfig.model_fields:  # TRL runs with use_cpu=True: the CPU here too
-        overrides.append("device=cpu")
+        f"train.seed={SEED}", "eval.every=0", "checkpoint.every=0", "progress=false",
+        "device=cpu",  # TRL runs with use_cpu=True: the CPU here too
+        f"train.compute_dtype={COMPUTE_DTYPE[precision]}"]
     cfg = load_config(RLVRConfig, CONFIG, overrides)
     # When each step's metrics are written: the whole loop iteration, guard and logging included.
     logged: list[float] = []
@@ -108,13 +116,14 @@ def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: 
     return {"step_s": measured([r["time/step_s"] for r in rows], warmup),
             "collect_s": measured([r["time/collect_s"] for r in rows], warmup),
             "train_s": measured([r["time/train_s"] for r in rows], warmup),
+            "update_s": measured([r["time/update_s"] for r in rows], warmup),
             "length": measured([r["length/mean"] for r in rows], warmup),
             "post_update_stats_steps": sum("policy/kl_new_old" in r for r in rows[warmup:]),
             "iteration_s": intervals(logged, warmup), "steps": len(rows)}
 
 
 def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
-            threads: int) -> dict:
+            threads: int, precision: str) -> dict:
     import warnings
 
     import torch
@@ -166,7 +175,7 @@ def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
         num_generations=GROUP, max_completion_length=tokens, temperature=TEMPERATURE,
         top_p=1.0, top_k=0, beta=0.0, loss_type="grpo", scale_rewards="none",
         learning_rate=LR, weight_decay=0.0, max_grad_norm=1.0, gradient_checkpointing=False,
-        bf16=False, fp16=False, use_cpu=True, report_to="none", logging_steps=1,
+        bf16=precision == "bf16", fp16=False, use_cpu=True, report_to="none", logging_steps=1,
         save_strategy="no", max_steps=warmup + steps, seed=SEED, dataloader_num_workers=0,
         disable_tqdm=True)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
@@ -196,12 +205,65 @@ def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
 WORKERS = {"rlscale": run_rlscale, "trl": run_trl}
 
 
+# -- the machine's limits ------------------------------------------------------------------
+def machine_rates(threads: int) -> dict[str, float]:
+    """Measured here: matmul FLOP/s in fp32 and bf16 (2048^3, best of 5) and memory bandwidth
+    (a 512 MiB copy: bytes read + written per second, best of 5)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    rates = {}
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x, y = a.to(dtype), b.to(dtype)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            x @ y
+            best = min(best, time.perf_counter() - t0)
+        rates[f"{name}_flops"] = 2 * 2048 ** 3 / best
+    src = torch.empty(2 ** 27)  # 512 MiB of fp32
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    rates["bandwidth"] = 2 * src.numel() * 4 / best
+    return rates
+
+
+def prompt_tokens() -> float:
+    """Mean prompt length in tokens of the workload (the character tokenizer)."""
+    from rlscale.rlvr.model import PromptFormatter, build_char_tokenizer
+    from rlscale.rlvr.tasks import make_task
+
+    tokenizer = build_char_tokenizer()
+    formatter = PromptFormatter(tokenizer, False, None)
+    examples = [ex for batch in step_prompts(make_task("arithmetic"), 8) for ex in batch]
+    return statistics.mean(len(tokenizer(formatter(ex), add_special_tokens=False)["input_ids"])
+                           for ex in examples)
+
+
+def lower_bound(params: float, prompt: float, tokens: int, rates: dict, precision: str) -> float:
+    """Seconds a step cannot go below here: each of `tokens` decode steps reads the fp32
+    weights once (at the measured bandwidth) or does its 2 N FLOPs per row (at matmul peak),
+    whichever is slower; the update does 3 forwards' FLOPs, 6 N per token of every row, at
+    matmul peak."""
+    peak = rates[f"{precision}_flops"]
+    rows = PROMPTS * GROUP
+    decode = tokens * max(4 * params / rates["bandwidth"], 2 * params * rows / peak)
+    update = 6 * params * rows * (prompt + tokens) / peak
+    return decode + update
+
+
 # -- the driver ----------------------------------------------------------------------------
-def run_child(system: str, model_path: Path, run_dir: Path, tokens: int,
+def run_child(system: str, model_path: Path, run_dir: Path, tokens: int, precision: str,
               args: argparse.Namespace) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system,
            "--model-path", str(model_path), "--run-dir", str(run_dir), "--tokens", str(tokens),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
+           "--precision", precision]
     threads = str(args.threads)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "TOKENIZERS_PARALLELISM": "false"}
@@ -214,13 +276,17 @@ def run_child(system: str, model_path: Path, run_dir: Path, tokens: int,
 
 
 def summary(runs: list[dict]) -> dict:
-    steps = [s for run in runs for s in run["step_s"]]
+    """Min and median of the step-end to step-end interval (everything a loop does per step:
+    rlscale's non-finite-guard snapshot and logging included), and of the timed step."""
+    steps = [s for run in runs for s in run["iteration_s"]]
+    timed = [s for run in runs for s in run["step_s"]]
     out = {"min_s": min(steps), "median_s": statistics.median(steps),
+           "step_median_s": statistics.median(timed),
            "collect_median_s": statistics.median(s for run in runs for s in run["collect_s"]),
            "train_median_s": statistics.median(s for run in runs for s in run["train_s"]),
            "mean_length": statistics.mean(x for run in runs for x in run["length"])}
-    iterations = [s for run in runs for s in run["iteration_s"]]
-    out["iteration_median_s"] = statistics.median(iterations) if iterations else None
+    updates = [s for run in runs for s in run.get("update_s", [])]
+    out["update_median_s"] = statistics.median(updates) if updates else None
     return out
 
 
@@ -232,6 +298,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped at each run's start")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="fp32,bf16",
+                        help="fp32 and/or bf16 (autocast, fp32 weights), comma-separated")
     parser.add_argument("--out", default="runs/vs_trl")
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--model-path", help=argparse.SUPPRESS)
@@ -239,7 +307,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         result = WORKERS[args.worker](args.model_path, args.run_dir, int(args.tokens), args.steps,
-                                      args.warmup, args.threads)
+                                      args.warmup, args.threads, args.precision)
         print(json.dumps(result))
         return
     if importlib.util.find_spec("trl") is None:
@@ -257,53 +325,75 @@ def main() -> None:
     print(f"torch {versions['torch']}, transformers {versions['transformers']}, "
           f"trl {versions['trl']}; {args.threads} thread(s)")
     print(f"workload: arithmetic, {PROMPTS} prompts x {GROUP} completions per step, temperature "
-          f"{TEMPERATURE}, AdamW lr {LR}, fp32 CPU; random-init models (EOS is rare: every batch "
+          f"{TEMPERATURE}, AdamW lr {LR}, CPU; random-init models (EOS is rare: every batch "
           f"decodes the full budget); {args.warmup} warmup + {args.steps} measured steps per "
           f"run, {args.repeats} interleaved repeat(s)")
+    rates = machine_rates(args.threads)
+    prompt = prompt_tokens()
+    print(f"machine: fp32 matmul {rates['fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 matmul "
+          f"{rates['bf16_flops'] / 1e9:.0f} GFLOP/s, memory bandwidth "
+          f"{rates['bandwidth'] / 1e9:.1f} GB/s; prompts {prompt:.1f} tokens on average")
     paths, params = {}, {}
     for name in models:
         paths[name] = init_model(name, out / "models" / name, seed=SEED, overwrite=True).resolve()
         params[name] = count_parameters(load_model(paths[name])[0]) / 1e6
-    cells = [(name, tokens) for name in models for tokens in token_counts]
-    runs: dict[tuple[str, int], dict[str, list[dict]]] = {
+    precisions = args.precision.split(",")
+    cells = [(p, name, tokens) for p in precisions for name in models for tokens in token_counts]
+    runs: dict[tuple[str, str, int], dict[str, list[dict]]] = {
         cell: {"rlscale": [], "trl": []} for cell in cells}
     for repeat in range(args.repeats):
         order = ("rlscale", "trl") if repeat % 2 == 0 else ("trl", "rlscale")
-        for name, tokens in cells:
+        for precision, name, tokens in cells:
             for system in order:
-                run_dir = (out / "runs" / f"{name}_{tokens}" / f"{system}_{repeat}").resolve()
+                run_dir = (out / "runs" / f"{precision}_{name}_{tokens}" /
+                           f"{system}_{repeat}").resolve()
                 t0 = time.perf_counter()
-                result = run_child(system, paths[name], run_dir, tokens, args)
-                runs[name, tokens][system].append(result)
-                print(f"  repeat {repeat}: {name} {tokens} tokens, {system}: median step "
-                      f"{statistics.median(result['step_s']):.3f} s "
+                result = run_child(system, paths[name], run_dir, tokens, precision, args)
+                runs[precision, name, tokens][system].append(result)
+                print(f"  repeat {repeat}: {precision} {name} {tokens} tokens, {system}: median "
+                      f"step {statistics.median(result['step_s']):.3f} s "
                       f"({time.perf_counter() - t0:.0f} s with start-up)", file=sys.stderr)
-    print("\n| model | completion tokens | rlscale min / median s | TRL min / median s | "
+    print("\n| precision | model | completion tokens | rlscale min / median s | TRL min / median s | "
           "TRL / rlscale | rlscale collect / train s | TRL generate+score / rest s | "
-          "mean length rlscale / TRL |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "mean length rlscale / TRL | lower bound s | rlscale / bound |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     cell_results = []
-    for name, tokens in cells:
-        ours, theirs = (summary(runs[name, tokens][s]) for s in ("rlscale", "trl"))
+    for precision, name, tokens in cells:
+        ours, theirs = (summary(runs[precision, name, tokens][s]) for s in ("rlscale", "trl"))
         ratio = theirs["median_s"] / ours["median_s"]
-        print(f"| {name} ({params[name]:.1f} M) | {tokens} | {ours['min_s']:.3f} / "
+        bound = lower_bound(params[name] * 1e6, prompt, tokens, rates, precision)
+        # The update's useful FLOP rate: 6 N per completion token, over the update's time.
+        useful = (6 * params[name] * 1e6 * PROMPTS * GROUP * ours["mean_length"]
+                  / ours["update_median_s"])
+        print(f"| {precision} | {name} ({params[name]:.1f} M) | {tokens} | {ours['min_s']:.3f} / "
               f"{ours['median_s']:.3f} | {theirs['min_s']:.3f} / {theirs['median_s']:.3f} | "
               f"{ratio:.2f}x | {ours['collect_median_s']:.3f} / {ours['train_median_s']:.3f} | "
               f"{theirs['collect_median_s']:.3f} / {theirs['train_median_s']:.3f} | "
-              f"{ours['mean_length']:.1f} / {theirs['mean_length']:.1f} |")
-        cell_results.append({"model": name, "params_m": params[name], "tokens": tokens,
-                             "rlscale": ours, "trl": theirs, "trl_over_rlscale": ratio,
-                             "runs": runs[name, tokens]})
-    outside = [f"{c['model']}/{c['tokens']}" for c in cell_results
+              f"{ours['mean_length']:.1f} / {theirs['mean_length']:.1f} | {bound:.3f} | "
+              f"{ours['median_s'] / bound:.2f}x |")
+        cell_results.append({"precision": precision, "model": name, "params_m": params[name],
+                             "tokens": tokens, "rlscale": ours, "trl": theirs,
+                             "trl_over_rlscale": ratio, "lower_bound_s": bound,
+                             "update_useful_flops": useful,
+                             "update_useful_share_of_fp32_peak": useful / rates["fp32_flops"],
+                             "runs": runs[precision, name, tokens]})
+    outside = [f"{c['precision']} {c['model']}/{c['tokens']}" for c in cell_results
                if not all(r["generation_in_window"] for r in c["runs"]["trl"])]
     if outside:
         print(f"warning: TRL scored a batch outside its step window in {', '.join(outside)}")
-    print("\nTRL / rlscale > 1: rlscale is faster (ratio of median step times).")
+    print("\nTRL / rlscale > 1: rlscale is faster (ratio of the median step-end to step-end times).")
+    print("\nrlscale's update, useful FLOP rate (6 x parameters x completion tokens / update "
+          "time) against the measured fp32 matmul peak:")
+    for c in cell_results:
+        print(f"  {c['precision']} {c['model']} {c['tokens']}: "
+              f"{c['update_useful_flops'] / 1e9:.0f} GFLOP/s = "
+              f"{100 * c['update_useful_share_of_fp32_peak']:.0f}% of fp32 peak")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({
         "versions": versions, "threads": args.threads, "steps": args.steps,
         "warmup": args.warmup, "repeats": args.repeats, "prompts_per_step": PROMPTS,
-        "group_size": GROUP, "lr": LR, "temperature": TEMPERATURE, "cells": cell_results},
+        "group_size": GROUP, "lr": LR, "temperature": TEMPERATURE, "machine": rates,
+        "prompt_tokens": prompt, "cells": cell_results},
         indent=1))
     print(f"wrote {out / 'results.json'}")
 

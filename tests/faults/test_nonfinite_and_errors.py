@@ -154,3 +154,45 @@ def test_progress_in_an_80_column_terminal_keeps_step_and_eta(monkeypatch):
     bar.close()
     last = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue()).split("\r")[-1].strip()
     assert "437/1000" in last and "ETA" in last and len(last) <= 80
+
+
+def test_step_undo_restores_weights_optimiser_and_schedule_in_place():
+    import torch
+
+    from rlscale.runtime.health import StepUndo
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    frozen = torch.nn.Linear(4, 4)
+    frozen.requires_grad_(False)
+    model.append(frozen)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (s + 1))
+    undo = StepUndo(model, optimizer, scheduler)
+
+    def step():
+        model(torch.randn(8, 4)).pow(2).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+    undo.save()  # before the first step: no optimiser state yet
+    step()
+    undo.restore()
+    assert not optimizer.state  # the undone first step's state is gone again
+    step()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    moments = [optimizer.state[p]["exp_avg"].clone() for p in optimizer.state]
+    lr = optimizer.param_groups[0]["lr"]
+    undo.save()
+    saved_buffers = [t.data_ptr() for t in undo._saved]
+    step()
+    undo.restore()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert all(torch.equal(optimizer.state[p]["exp_avg"], m)
+               for p, m in zip(optimizer.state, moments, strict=True))
+    assert optimizer.param_groups[0]["lr"] == lr and scheduler.last_epoch == 1
+    undo.save()  # the same buffers again: copied into, not reallocated
+    assert [t.data_ptr() for t in undo._saved] == saved_buffers
+    # the frozen layer is never copied
+    assert not any(k[0] == "param" and k[1].startswith("2.") for k in undo._keys)

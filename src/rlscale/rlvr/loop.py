@@ -9,14 +9,12 @@ the learner side.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import queue
 import random
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -30,7 +28,13 @@ from ..runtime.device import (
     resolve_device,
 )
 from ..runtime.fleet import ray_session
-from ..runtime.health import NonFiniteError, NonFiniteGuard, non_finite_keys, parameters_finite
+from ..runtime.health import (
+    NonFiniteError,
+    NonFiniteGuard,
+    StepUndo,
+    non_finite_keys,
+    parameters_finite,
+)
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
 from ..runtime.trackers import open_trackers
 from ..runtime.versions import staleness
@@ -224,17 +228,6 @@ class RLVRRun:
                                    step=self.step + 1, free_fields=RESUME_FREE_FIELDS,
                                    allow_change=allow_change)
 
-    def _snapshot(self) -> dict[str, Any]:
-        """The weights and optimiser state before a step, to undo it if it goes non-finite."""
-        return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                "optimizer": copy.deepcopy(self.trainer.optimizer.state_dict()),
-                "scheduler": copy.deepcopy(self.trainer.scheduler.state_dict())}
-
-    def _undo(self, snapshot: dict[str, Any]) -> None:
-        self.model.load_state_dict(snapshot["model"])
-        self.trainer.optimizer.load_state_dict(snapshot["optimizer"])
-        self.trainer.scheduler.load_state_dict(snapshot["scheduler"])
-
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
         with ckpt.atomic_dir(path) as tmp:
@@ -305,8 +298,11 @@ class RLVRRun:
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
         metrics.update(self.trainer.step(batch, generator))
+        metrics["time/update_s"] = time.perf_counter() - t1
         if cfg.train.post_update_stats and (self.step + 1) % cfg.train.post_update_stats_every == 0:
+            t2 = time.perf_counter()
             metrics.update(self.trainer.update_stats(batch))
+            metrics["time/post_update_stats_s"] = time.perf_counter() - t2
         t_train = time.perf_counter() - t1
         metrics.update(peak_memory_gib(self.device))
         per_group = group.rewards.view(-1, size)
@@ -390,6 +386,7 @@ class RLVRRun:
             print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
             return final
         guard = NonFiniteGuard(cfg.health.max_nonfinite_steps)
+        undo = StepUndo(self.model, self.trainer.optimizer, self.trainer.scheduler)
         resume_step = self.step if self.start_step else None
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, resume_step=resume_step,
                                trackers=open_trackers(cfg.logging, self.run_dir,
@@ -400,14 +397,14 @@ class RLVRRun:
         warned: set[str] = set()
         try:
             while self.step < cfg.train.steps:
-                before = self._snapshot()
+                undo.save()
                 metrics = self.train_step()
                 self.step += 1
                 bad = non_finite_keys(metrics, GUARDED_METRICS)
                 if not bad and not parameters_finite(self.model.parameters()):
                     bad = ["weights"]
                 if guard.observe(self.step, bad):
-                    self._undo(before)
+                    undo.restore()
                 metrics["health/skipped_steps"] = guard.skipped
                 if self.fleet is not None:  # the weights as they stand after the guard
                     self.fleet.publish(self.model.state_dict(), self.trainer.version)

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
+
 
 class NonFiniteError(RuntimeError):
     """Too many non-finite steps in a row: the run stopped (one-line message)."""
@@ -66,3 +68,63 @@ class NonFiniteGuard:
         return (f"{self.in_a_row} non-finite {self.what}s in a row (last: {self.what} {step}, "
                 f"{', '.join(bad)}); the run stopped with the last good state in {checkpoint} "
                 "-- lower the learning rate and resume with --allow-config-change")
+
+
+class StepUndo:
+    """The state one training step changes (trainable weights, buffers, optimiser state and
+    learning rates, the scheduler), saved before the step and put back if it goes non-finite.
+
+    Saved by copying into buffers allocated once, not by cloning a state dict every step: a
+    `state_dict` clone plus `deepcopy` of the optimiser cost ~0.3 s per step at 31.5 M
+    parameters on this project's CPU (several % of a step); in-place copies cost a memcpy.
+    Frozen weights (LoRA's base) are never copied."""
+
+    def __init__(self, model, optimizer, scheduler=None) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self._saved: list = []
+        self._keys: list = []
+        self._extra: dict = {}
+
+    def _live(self) -> tuple[list, list]:
+        """(keys, tensors) of the changing state, in a fixed order."""
+        keys, tensors = [], []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                keys.append(("param", name))
+                tensors.append(p.data)
+        for name, b in self.model.named_buffers():
+            keys.append(("buffer", name))
+            tensors.append(b)
+        for group_index, group in enumerate(self.optimizer.param_groups):
+            for param_index, p in enumerate(group["params"]):
+                for key, value in self.optimizer.state.get(p, {}).items():
+                    if hasattr(value, "copy_"):
+                        keys.append(("state", group_index, param_index, key))
+                        tensors.append(value)
+        return keys, tensors
+
+    def save(self) -> None:
+        keys, tensors = self._live()
+        if keys != self._keys:  # first save, or the optimiser state appeared: allocate
+            self._keys, self._saved = keys, [t.detach().clone() for t in tensors]
+        else:
+            for saved, live in zip(self._saved, tensors, strict=True):
+                saved.copy_(live)
+        self._extra = {
+            "lrs": [group["lr"] for group in self.optimizer.param_groups],
+            "has_state": {id(p) for p in self.optimizer.state},
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict()}
+
+    def restore(self) -> None:
+        # Optimiser state created by the undone step (its first) is dropped again.
+        for p in [p for p in self.optimizer.state if id(p) not in self._extra["has_state"]]:
+            del self.optimizer.state[p]
+        keys, tensors = self._live()
+        saved = dict(zip(self._keys, self._saved, strict=True))
+        with torch.no_grad():
+            for key, live in zip(keys, tensors, strict=True):
+                live.copy_(saved[key])
+        for group, lr in zip(self.optimizer.param_groups, self._extra["lrs"], strict=True):
+            group["lr"] = lr
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(self._extra["scheduler"])

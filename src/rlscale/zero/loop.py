@@ -14,7 +14,6 @@ their trees) and every RNG, so a resumed run continues exactly where the origina
 
 from __future__ import annotations
 
-import copy
 import math
 import pickle
 import time
@@ -36,7 +35,7 @@ from rlscale.runtime.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, parameters_finite
+from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, StepUndo, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightStore, staleness
@@ -79,6 +78,7 @@ class ZeroRun:
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         self.learner = Learner(network_for(self.game, cfg.network), cfg.train)
+        self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         self.actor = Actor(
             self.game, network_for(self.game, cfg.network), cfg.mcts, cfg.selfplay, self.store,
@@ -106,7 +106,7 @@ class ZeroRun:
         losses: list[dict[str, float]] = []
         versions: list[np.ndarray] = []
         self.nonfinite = []
-        before = self._snapshot()
+        self.undo.save()
         if len(self.replay) >= cfg.train.min_replay:
             self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
@@ -120,7 +120,7 @@ class ZeroRun:
         self.last_lags = self.store.version - np.concatenate(versions) if versions else None
         self.nonfinite = _nonfinite(losses, self.learner.net)
         if self.nonfinite:  # undo the iteration's updates; the self-play games stay in replay
-            self._undo(before)
+            self.undo.restore()
         elif losses:
             self.counters.version = self.learner.publish(self.store)
 
@@ -133,14 +133,6 @@ class ZeroRun:
         c.seconds += seconds
         return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds,
                              self.learner.optimizer.param_groups[0]["lr"], held_out)
-
-    def _snapshot(self) -> dict[str, Any]:
-        return {"net": {k: v.detach().clone() for k, v in self.learner.net.state_dict().items()},
-                "optimizer": copy.deepcopy(self.learner.optimizer.state_dict())}
-
-    def _undo(self, snapshot: dict[str, Any]) -> None:
-        self.learner.net.load_state_dict(snapshot["net"])
-        self.learner.optimizer.load_state_dict(snapshot["optimizer"])
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
