@@ -47,7 +47,6 @@ from .model import (
     enable_activation_checkpointing,
     load_model,
     load_teacher,
-    save_model,
 )
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
@@ -231,10 +230,7 @@ class RLVRRun:
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
         with ckpt.atomic_dir(path) as tmp:
-            if lora.is_lora(self.model):  # the adapters are the whole trained state
-                lora.save_adapter(self.model, self.tokenizer, tmp)
-            else:
-                save_model(self.model, self.tokenizer, tmp)
+            lora.save_weights(self.model, self.tokenizer, tmp)
             torch.save({"optimizer": self.trainer.optimizer.state_dict(),
                         "scheduler": self.trainer.scheduler.state_dict(),
                         "version": self.trainer.version, "step": self.step,

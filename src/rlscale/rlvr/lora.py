@@ -72,10 +72,20 @@ def merged_copy(model):
     return copy.deepcopy(model).merge_and_unload()
 
 
+def save_weights(model, tokenizer, out: Path) -> Path:
+    """What a checkpoint holds of the model: the adapters when it has them (the base never
+    changes), else the whole model."""
+    from .model import save_model
+
+    if is_lora(model):
+        return save_adapter(model, tokenizer, out)
+    return save_model(model, tokenizer, out)
+
+
 def save_trained(model, tokenizer, out: Path, settings) -> Path:
     """The trained model as `settings.save` asks (`settings` None: not LoRA, saved whole)."""
     from .model import save_model
 
-    if settings is not None and settings.save == "adapter":
-        return save_adapter(model, tokenizer, out)
-    return save_model(merged_copy(model) if settings is not None else model, tokenizer, out)
+    if settings is not None and settings.save == "merged":
+        return save_model(merged_copy(model), tokenizer, out)
+    return save_weights(model, tokenizer, out)
