@@ -75,7 +75,7 @@ def load_agent_or_fresh(model: str | None, search: str):
     from rlscale.config import load_config
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.network import network_for
-    from rlscale.zero.selfplay import Agent
+    from rlscale.zero.agent import Agent
 
     cfg = load_config(ZeroConfig, REPO / "configs" / "zero" / "connect4.yaml")
     game = make_game("connect4")

@@ -247,7 +247,7 @@ class NetworkAgent:
     visited for PUCT; the sequential-halving survivor for Gumbel)."""
 
     def __init__(self, agent: Any, simulations: int, name: str | None = None) -> None:
-        self.agent = agent  # rlscale.zero.selfplay.Agent
+        self.agent = agent  # rlscale.zero.agent.Agent
         self.simulations = simulations
         self.name = name or (f"net({simulations} sims)" if simulations else "net(raw)")
 
@@ -285,7 +285,7 @@ def load_network_agent(
     settings updated by its `play_mcts`, see `load_agent`),
     "puct"/"gumbel" force one. With `game`, a checkpoint for another game is refused with a
     one-line ValueError."""
-    from rlscale.zero.selfplay import load_agent
+    from rlscale.zero.agent import load_agent
 
     if search not in SEARCH_KINDS:
         raise ValueError(f"unknown search {search!r} (choose from {', '.join(SEARCH_KINDS)})")
