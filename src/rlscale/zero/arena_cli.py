@@ -143,8 +143,16 @@ def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, s
         path = Path(spec[len("model:"):])
         return _network_agent(path, game, simulations, search, seed,
                               name=f"{path.name}({simulations} sims)")
+    if spec.startswith("gtp:"):  # any GTP engine, e.g. gtp:/usr/games/gnugo --mode gtp
+        from rlscale.zero.gtp_client import gtp_agent
+
+        if game != "go":
+            raise ValueError(f"a gtp: agent plays go, not {game!r}")
+        agent = gtp_agent(spec[len("gtp:"):])
+        typer.echo(f"{agent.name}: every game saved as SGF in {agent.sgf_dir}", err=True)
+        return agent
     raise ValueError(
-        f"unknown agent {spec!r} (random, mcts:N, raw, sims:N, model:PATH, solver)"
+        f"unknown agent {spec!r} (random, mcts:N, raw, sims:N, model:PATH, solver, gtp:COMMAND)"
     )
 
 
