@@ -194,31 +194,100 @@ def test_planes_and_history():
     assert white[1][a1] == 1 and white[0].sum() == 0 and (white[6] == 0).all()
 
 
-def test_symmetries_are_consistent_with_the_rules(game):
-    rng = np.random.default_rng(1)
-    state = game.initial_state()
-    actions = []
-    for _ in range(15):
+def random_moves(game, count, seed):
+    rng = np.random.default_rng(seed)
+    state, actions = game.initial_state(), []
+    for _ in range(count):
         action = random_move(game, state, rng)
         actions.append(action)
         state = game.apply(state, action)
-    planes = game.planes(state)
-    policy = rng.random(game.num_actions).astype(np.float32)
-    syms = game.symmetries(planes, policy)
+    return state, actions
+
+
+def symmetry_maps(game):
+    """For each of the 8 symmetries, `to`: the action a becomes to[a] (pass stays pass)."""
+    index = np.arange(game.num_actions)
+    maps = []
+    for _, where_from in game.symmetries(np.zeros(game.plane_shape, np.float32), index):
+        to = np.empty_like(where_from)
+        to[where_from] = index
+        maps.append(to)
+    return maps
+
+
+@pytest.mark.parametrize("go", [Go(9), Go(7, komi=9, history=2)], ids=["9x9", "7x7-history"])
+def test_symmetries_are_consistent_with_the_rules(go):
+    state, actions = random_moves(go, 15, seed=1)
+    rng = np.random.default_rng(1)
+    planes = go.planes(state)
+    policy = rng.random(go.num_actions).astype(np.float32)
+    syms = go.symmetries(planes, policy)
     assert len(syms) == 8
     assert np.array_equal(syms[0][0], planes) and np.array_equal(syms[0][1], policy)
-    index = np.arange(game.num_actions)
-    index_syms = game.symmetries(planes, index)
-    for (sym_planes, sym_policy), (_, where_from) in zip(syms, index_syms, strict=True):
-        assert where_from[-1] == game.pass_action and sym_policy[-1] == policy[-1]
-        assert sorted(where_from.tolist()) == index.tolist()  # a permutation
-        to = np.empty_like(where_from)
-        to[where_from] = index  # point p moves to to[p]
-        replayed = game.initial_state()
+    index = np.arange(go.num_actions)
+    for (sym_planes, sym_policy), to in zip(syms, symmetry_maps(go), strict=True):
+        assert to[-1] == go.pass_action and sym_policy[-1] == policy[-1]
+        assert sorted(to.tolist()) == index.tolist()  # a permutation
+        replayed = go.initial_state()
+        for action in actions:  # the transformed game: every move transformed
+            replayed = go.apply(replayed, int(to[action]))
+        # planes (history planes included), legal moves and score all follow the moves
+        assert np.array_equal(go.planes(replayed), sym_planes)
+        assert np.array_equal(go.legal_mask(replayed)[to], go.legal_mask(state))
+        assert go.score(replayed) == go.score(state)
+        assert np.allclose(sym_policy[to], policy)
+
+
+def symmetrised(game, net):
+    """The network averaged over the 8 symmetries: equivariant by construction, if the
+    symmetries map planes and moves consistently."""
+    maps = symmetry_maps(game)
+    dummy = np.zeros(game.num_actions, np.float32)
+
+    def evaluate(planes):
+        priors, values = 0.0, 0.0
+        for k, to in enumerate(maps):
+            moved = np.stack([game.symmetries(p, dummy)[k][0] for p in planes])
+            prior, value = net.evaluate(moved)
+            priors, values = priors + prior[:, to], values + value  # back to the input's frame
+        return (priors / len(maps)).astype(np.float32), (values / len(maps)).astype(np.float32)
+
+    return evaluate
+
+
+def test_a_position_and_its_transform_get_transformed_policies():
+    import torch
+
+    from rlscale.zero.config import MCTSConfig, NetworkConfig
+    from rlscale.zero.mcts import search_states
+    from rlscale.zero.network import network_for
+
+    go = Go(7, komi=9, history=1)
+    torch.manual_seed(0)
+    net = network_for(go, NetworkConfig(blocks=1, channels=8, value_hidden=8))
+    evaluate = symmetrised(go, net)
+    state, actions = random_moves(go, 12, seed=4)
+    transformed = []
+    for to in symmetry_maps(go):
+        moved = go.initial_state()
         for action in actions:
-            replayed = game.apply(replayed, int(to[action]))
-        assert np.array_equal(game.planes(replayed), sym_planes)
-        assert np.allclose(sym_policy[to[:-1]], policy[:-1])
+            moved = go.apply(moved, int(to[action]))
+        transformed.append(moved)
+    prior, value = evaluate(np.stack([go.planes(s) for s in [state] + transformed]))
+    raw, _ = net.evaluate(np.stack([go.planes(s) for s in transformed]))
+    assert not np.allclose(raw[1][symmetry_maps(go)[1]], raw[0], atol=1e-3)  # net alone: not
+    search = MCTSConfig(simulations=64, c_puct=1.25)
+    result = search_states(go, [state] + transformed, evaluate, search,
+                           np.random.default_rng(0))
+    for k, to in enumerate(symmetry_maps(go)):
+        assert np.allclose(prior[1 + k][to], prior[0], atol=1e-5)
+        assert abs(value[1 + k] - value[0]) < 1e-5
+        # the search's training target of the transformed position is the transformed target
+        assert np.array_equal(result.visit_counts[1 + k][to], result.visit_counts[0])
+        assert np.allclose(result.policy[1 + k][to], result.policy[0])
+        # the move: the transformed one, up to ties between the most visited (lowest index)
+        counts = result.visit_counts[1 + k]
+        assert counts[to[result.chosen[0]]] == counts[result.chosen[1 + k]] == counts.max()
 
 
 def naive_apply(board, size, point, colour):

@@ -334,7 +334,10 @@ class GtpAgent:
                   result=log.result, black=black, white=white, comment="; ".join(log.notes))
 
     def close(self) -> None:
-        """Complete the records of games the opponent ended, and stop the engine."""
+        """Complete the records of games the opponent ended, and stop the engine.
+
+        Call it when the games are over (after `play_match`; at exit it runs by itself): a
+        game left after the engine's pass is taken to have ended with the opponent's pass."""
         atexit.unregister(self.close)
         game, self._game = self._game, None
         for state, logs in list(self._pending.items()) if game is not None else []:
@@ -343,6 +346,7 @@ class GtpAgent:
                     final = game.apply(state, game.pass_action)
                     log.moves.append((state.to_play, game.pass_action))
                     log.result = result_string(game.score(final))
+                    log.notes.append("the last move (the opponent's pass) inferred at close")
                 else:
                     log.notes.append("the game ended on the opponent's next move, not seen "
                                      "by the GTP agent")
