@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlscale.zero.arena import RandomAgent, play_match
+from rlscale.zero.arena import _OneByOne, play_match
 from rlscale.zero.arena_cli import make_agent
 from rlscale.zero.games.go import Go, random_move, result_string
 from rlscale.zero.gtp_client import GtpAgent, GtpEngineError, GtpProcess, opening_moves
@@ -35,21 +35,41 @@ def fake_engine(tmp_path, genmove_answers):
     return [sys.executable, str(script)]
 
 
+class TidyRandom(_OneByOne):
+    """Random stones that never fill its own eyes; passes after the opponent's pass."""
+
+    name = "tidy-random"
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, game, state):
+        return game.pass_action if state.passes else random_move(game, state, self.rng)
+
+
 def check_records(game, result, sgf_dir, engine_name):
     """Every game of the match has an SGF with its moves, its result and the engine's name."""
     records = [from_sgf(path.read_text()) for path in sorted(sgf_dir.glob("game_*.sgf"))]
     assert len(records) == result.games
     by_moves = {tuple(a for _, a in r.moves): r for r in records}
     for played in result.records:
-        record = by_moves[tuple(played.moves)]
+        moves = tuple(played.moves)
+        if moves not in by_moves:  # the opponent's move at the cap: not seen by the agent
+            assert len(moves) == game.max_moves
+            moves = moves[:-1]
+            assert "not seen by the GTP agent" in by_moves[moves].properties["C"]
+        record = by_moves[moves]
         assert (record.size, record.komi) == (game.size, game.komi)
-        assert [p for p, _ in record.moves] == [i % 2 for i in range(len(played.moves))]
+        assert [p for p, _ in record.moves] == [i % 2 for i in range(len(moves))]
         final = replay(game, record.moves)[-1]
+        engine_colour = 1 if played.a_first else 0  # the GTP agent is agent B
+        assert (record.black, record.white)[engine_colour] == engine_name
+        if len(moves) < len(played.moves):
+            assert record.result is None
+            continue
         assert game.is_terminal(final)
         assert record.result == result_string(game.score(final))
         assert game.outcome(final) == played.outcome
-        engine_colour = 1 if played.a_first else 0  # the GTP agent is agent B
-        assert (record.black, record.white)[engine_colour] == engine_name
     return records
 
 
@@ -60,7 +80,7 @@ def test_full_games_against_gnugo_write_valid_sgf(tmp_path):
         process = gnugo.engine.proc
         assert gnugo.player_name.startswith("GNU Go")
         # Two random plies open each pair of games: the agent rebuilds them from the stones.
-        result = play_match(game, RandomAgent(3), gnugo, 4, seed=1, opening_plies=2)
+        result = play_match(game, TidyRandom(3), gnugo, 4, seed=1, opening_plies=2)
     assert process.poll() is not None  # the engine is gone
     assert result.games == 4 and result.losses == 4  # GNU Go beats random play on 7x7
     records = check_records(game, result, tmp_path / "sgf", gnugo.player_name)
@@ -72,11 +92,12 @@ def test_our_gtp_engine_as_the_opponent_one_game_at_a_time(tmp_path):
     game = Go(5, komi=0.5)
     with GtpAgent([sys.executable, "-m", "rlscale.zero.gtp"], sgf_dir=tmp_path) as engine:
         assert engine.player_name.startswith("rlscale")
-        result = play_match(game, RandomAgent(0), engine, 3, seed=0, opening_plies=0,
+        result = play_match(game, TidyRandom(0), engine, 4, seed=0, opening_plies=0,
                             concurrency=1)
-        check_records(game, result, tmp_path, engine.player_name)
         # One game at a time: the engine's board follows the game, no replay from scratch.
         assert engine._board is None or len(engine._board[2]) > 0
+    # (a game the opponent ended with its pass gets that pass at close)
+    check_records(game, result, tmp_path, engine.player_name)
 
 
 def test_resign_and_refused_moves_are_passes(tmp_path):
@@ -104,6 +125,13 @@ def test_a_game_the_opponent_ends_is_completed_at_close(tmp_path):
     record = from_sgf((tmp_path / "game_0001.sgf").read_text())
     assert record.moves == [(0, 12), (1, 25), (0, 25)]  # the opponent's closing pass
     assert record.result == "B+24.5" and "inferred at close" in record.properties["C"]
+    # At the move cap any move ends the game: the last one is unknown and there is no result.
+    capped = Go(5, komi=0.5, max_moves=3)
+    with GtpAgent(fake_engine(tmp_path, ["pass"]), sgf_dir=tmp_path / "capped") as agent:
+        agent.act(capped, capped.apply(capped.initial_state(), 12))
+    record = from_sgf((tmp_path / "capped" / "game_0001.sgf").read_text())
+    assert record.moves == [(0, 12), (1, 25)] and record.result is None
+    assert "ended on the opponent's next move, not seen" in record.properties["C"]
 
 
 def test_dead_hung_and_missing_engines_are_one_line_errors(tmp_path):

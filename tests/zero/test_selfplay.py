@@ -14,13 +14,14 @@ from typer.testing import CliRunner
 from rlscale.config import ConfigError, load_config
 from rlscale.runtime.rundir import RunDirError
 from rlscale.runtime.versions import WeightStore
+from rlscale.zero.agent import load_agent
 from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.loop import train
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import ReplayWindow, Samples
-from rlscale.zero.selfplay import Actor, load_agent
+from rlscale.zero.selfplay import Actor, PlayStats
 
 torch.set_num_threads(1)
 TTT = make_game("tictactoe")
@@ -121,6 +122,26 @@ def test_actor_plays_games_and_stamps_versions():
         assert (z[::2] == z[0]).all() and (z[1::2] == -z[0]).all()
     store.publish(net.state_dict())
     assert actor.sync() == 4
+
+
+def test_actor_numbers_its_games_and_hands_over_only_finished_ones():
+    net = PolicyValueNet(TTT.plane_shape, 9, 1, 8)
+    actor = Actor(TTT, PolicyValueNet(TTT.plane_shape, 9, 1, 8), MCTSConfig(simulations=4),
+                  SelfPlayConfig(concurrent_games=6), WeightStore(net.state_dict()),
+                  np.random.default_rng(0), first_game=100)
+    actor.sync()
+    assert actor.in_flight() == list(range(100, 106))
+    stats, finished = PlayStats(), []
+    for _ in range(12):
+        finished += actor.step(stats)
+    ids = [g.game for g in finished]
+    # every game started is either finished (once) or in flight: nothing lost or doubled
+    assert sorted(ids + actor.in_flight()) == list(range(100, actor.next_game))
+    assert stats.games == len(finished) > 6 and stats.positions == sum(len(g.samples) for g in finished)
+    for game in finished:  # a whole game: its samples are its plies, the last one decided it
+        assert len(game.samples) == game.length == len(game.moves)
+        assert TTT.is_terminal(functools.reduce(TTT.apply, game.moves, TTT.initial_state()))
+    assert actor.state_dict()["next_game"] == actor.next_game
 
 
 def test_resignation_is_counted_and_checked():

@@ -25,7 +25,8 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise FleetError("runtime.mode async/inflight needs Ray: pip install 'rlscale[ray]'") from None
+        raise FleetError("the fleets (rlvr runtime.mode async/inflight, zero runtime.actors > 0) "
+                         "need Ray: pip install 'rlscale[ray]'") from None
     return ray
 
 
@@ -121,6 +122,11 @@ class ActorFleet:
     def done(self, index: int, items: set[int]) -> None:
         """Work items the actor has handed back (finished): no longer its responsibility."""
         self.members[index].items -= set(items)
+
+    def hold(self, index: int, items: set[int]) -> None:
+        """The work items the actor holds now, as it reported them (for actors that start
+        their own work, such as self-play games): what a restart hands back."""
+        self.members[index].items = set(items)
 
     def wait(self, timeout: float) -> list[tuple[int, Any]]:
         """Results of the calls that finished within `timeout`: (index, value) pairs, the

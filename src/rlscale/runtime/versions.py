@@ -11,7 +11,9 @@ import collections
 import copy
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 class WeightStore:
@@ -37,6 +39,51 @@ class WeightStore:
     def latest(self) -> tuple[int, dict[str, Any] | None]:
         with self._lock:
             return self._version, self._state
+
+
+class QueueClosed(RuntimeError):
+    """The producers of a `VersionedQueue` stopped; the message says why."""
+
+
+class VersionedQueue(Generic[T]):
+    """A FIFO between producers (e.g. a fleet's orchestrator thread) and one consumer (the
+    learner): each item carries the policy version that produced it (the oldest, for an item
+    several versions made), so the consumer knows how stale what it takes is.
+
+    `put` never blocks (the work is done by then); producers look at `len` to decide whether
+    to go on. `take(n)` blocks until n items are there, or the producers `fail`."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._items: collections.deque[tuple[int, T]] = collections.deque()
+        self._error: str | None = None
+
+    def __len__(self) -> int:
+        with self._cv:
+            return len(self._items)
+
+    def put(self, item: T, version: int) -> None:
+        with self._cv:
+            self._items.append((version, item))
+            self._cv.notify_all()
+
+    def take(self, n: int, timeout: float | None = None) -> list[tuple[int, T]]:
+        """The n oldest (version, item) pairs; QueueClosed if the producers failed first,
+        TimeoutError after `timeout` seconds."""
+        with self._cv:
+            ok = self._cv.wait_for(lambda: self._error is not None or len(self._items) >= n,
+                                   timeout)
+            if self._error is not None:
+                raise QueueClosed(self._error)
+            if not ok:
+                raise TimeoutError(f"{len(self._items)} of {n} items after {timeout} s")
+            return [self._items.popleft() for _ in range(n)]
+
+    def fail(self, reason: str) -> None:
+        """Wake the consumer with an error: nothing more will come."""
+        with self._cv:
+            self._error = reason
+            self._cv.notify_all()
 
 
 def staleness(current_version: int, sample_versions: Iterable[int]) -> dict[str, float]:

@@ -81,6 +81,26 @@ class SelfPlayConfig(StrictModel):
     resign_threshold: float | None = None
     resign_playout_share: float = pydantic.Field(0.2, ge=0.0, le=1.0)
     resign_min_moves: int = 4  # never resign before this ply
+    # Threshold tuning (AlphaGo Zero: 0.05). When set, after every iteration the threshold
+    # becomes the most aggressive one (a grid from -1 to 0 in steps of 0.01) at which at most
+    # this share of the would-be resignations in the newest `resign_tune_window` played-out
+    # games were false (the resigner won or drew), judged on at least `resign_tune_min_games`
+    # would-be resignations; with less evidence the threshold stays. resign_threshold is the
+    # starting value (required). See zero/resign.py.
+    resign_false_positive_target: float | None = pydantic.Field(None, gt=0.0, lt=1.0)
+    resign_tune_window: int = pydantic.Field(500, ge=1)
+    resign_tune_min_games: int = pydantic.Field(10, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _check_resign_tuning(self) -> SelfPlayConfig:
+        if self.resign_false_positive_target is not None:
+            if self.resign_threshold is None:
+                raise ValueError("resign_false_positive_target needs resign_threshold (the "
+                                 "starting value), e.g. -0.9")
+            if self.resign_playout_share == 0:
+                raise ValueError("resign_false_positive_target needs resign_playout_share > 0 "
+                                 "(the played-out games are what it measures)")
+        return self
 
 
 class ReplayConfig(StrictModel):
@@ -112,6 +132,46 @@ class TrainConfig(StrictModel):
     value_target_mix: float = pydantic.Field(0.0, ge=0.0, le=1.0)
 
 
+class RuntimeConfig(StrictModel):
+    """Where self-play runs (the RLVR config's `runtime` section is the same idea).
+
+    actors 0: one `Actor` in the learner's process; self-play and learning take turns, and a
+    resumed run continues exactly. actors M > 0: M self-play actors on Ray (an embedded local
+    cluster, or the one at `address`), each playing `selfplay.concurrent_games` games with
+    batched search and taking the newest weights between moves, while the learner trains on
+    `selfplay.games_per_iteration` finished games per iteration (zero/actors.py).
+
+    Threads: actors x actor_threads + train.threads must not exceed the machine's cores
+    (OpenMP threads of several processes on the same cores spin-wait on each other and run
+    5-10x slower). An embedded cluster refuses a run that would with multi-threaded
+    processes; with single-threaded ones it warns (they only take turns on the cores).
+    """
+
+    actors: int = pydantic.Field(0, ge=0)  # self-play actors (Ray actors); 0: in-process
+    address: str | None = None  # a Ray cluster to join (host:port or ray://...); None: embedded
+    actor_threads: int = pydantic.Field(1, ge=1)  # torch threads per actor
+    # Moves per actor call last about this long: how often weights reach an actor and games
+    # reach the learner.
+    call_budget_s: float = pydantic.Field(0.25, gt=0.0)
+    # Actors pause while this many finished games wait for the learner (None: one iteration's
+    # worth, games_per_iteration), so self-play runs at most about an iteration ahead.
+    max_queued_games: int | None = pydantic.Field(None, ge=1)
+    max_actor_restarts: int = pydantic.Field(10, ge=0)  # per actor, over the run
+
+
+def thread_check(actors: int, actor_threads: int, learner_threads: int,
+                 cores: int) -> tuple[str, str] | None:
+    """('error' | 'warning', message) when a fleet on `cores` cores would oversubscribe them."""
+    total = actors * actor_threads + learner_threads
+    if total <= cores:
+        return None
+    what = (f"runtime.actors x runtime.actor_threads + train.threads = {actors} x "
+            f"{actor_threads} + {learner_threads} = {total} threads on {cores} cores")
+    if actor_threads > 1 or learner_threads > 1:
+        return "error", f"{what}: multi-threaded processes would spin-wait on each other"
+    return "warning", f"{what}: the processes take turns on the cores"
+
+
 class CheckpointConfig(StrictModel):
     every: int = pydantic.Field(10, ge=1)  # iterations between checkpoints
     keep: int = pydantic.Field(2, ge=1)
@@ -125,7 +185,8 @@ class HealthConfig(StrictModel):
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
 RESUME_FREE_FIELDS = ("name", "out", "train.iterations", "train.max_minutes", "train.threads",
-                      "checkpoint.*", "health.*", "logging.*")
+                      "runtime.address", "runtime.actor_threads", "runtime.call_budget_s",
+                      "runtime.max_actor_restarts", "checkpoint.*", "health.*", "logging.*")
 
 
 def _first_error(err: pydantic.ValidationError) -> str:
@@ -154,6 +215,7 @@ class ZeroConfig(StrictModel):
     selfplay: SelfPlayConfig = SelfPlayConfig()
     replay: ReplayConfig = ReplayConfig()
     train: TrainConfig = TrainConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     health: HealthConfig = HealthConfig()
     logging: LoggingConfig = LoggingConfig()  # W&B / trackio beside TensorBoard

@@ -220,7 +220,10 @@ class GtpAgent:
         self.refused = 0  # engine moves our rules refuse, played as passes
         self._games = 0
         self._pending: dict[GoState, list[_GameLog]] = {}  # state after the engine's move
-        self._board: tuple[int, float, list[tuple[int, int]]] | None = None  # the engine's
+        # The engine's board (size, komi, moves played) when known to be the game's; its
+        # size and komi (changing them costs a reset).
+        self._board: tuple[int, float, list[tuple[int, int]]] | None = None
+        self._rules: tuple[int, float] | None = None
         self._game: Go | None = None
         atexit.register(self.close)
 
@@ -286,8 +289,11 @@ class GtpAgent:
                 and moves[: len(board[2])] == board[2]:
             todo = moves[len(board[2]) :]
         else:
-            self._command(f"boardsize {game.size}")
-            self._command(f"komi {game.komi:g}")
+            if self._rules != (game.size, game.komi):
+                self._rules = None
+                self._command(f"boardsize {game.size}")
+                self._command(f"komi {game.komi:g}")
+                self._rules = (game.size, game.komi)
             self._command("clear_board")
             self._board = board = (game.size, game.komi, [])
             todo = moves

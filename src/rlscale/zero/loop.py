@@ -10,11 +10,18 @@
 
 A checkpoint holds the network, optimiser, replay window, the actor's games in flight (with
 their trees) and every RNG, so a resumed run continues exactly where the original stopped.
+
+With `runtime.actors: M > 0` the actor is a fleet of M Ray actors playing while the learner
+trains (zero/actors.py): `iterate` takes `games_per_iteration` finished games from it and
+publishes the new weights to it. A resumed fleet run restarts its actors with the
+checkpointed weights (consistent counters and game ids; not the same games).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import pickle
 import time
 from dataclasses import asdict, dataclass
@@ -24,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlscale.config import config_to_dict, dump_config
+from rlscale.config import ConfigError, config_to_dict, dump_config
 from rlscale.runtime import rundir
 from rlscale.runtime.checkpoint import (
     atomic_dir,
@@ -35,15 +42,18 @@ from rlscale.runtime.checkpoint import (
     rng_state,
     set_rng_state,
 )
+from rlscale.runtime.fleet import ray_session
 from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, StepUndo, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightStore, staleness
-from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig
+from rlscale.zero.actors import FleetSelfPlay
+from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig, thread_check
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
 from rlscale.zero.network import grow_network, load_network, network_for, save_network
-from rlscale.zero.replay import ReplayWindow
+from rlscale.zero.replay import ReplayWindow, Samples
+from rlscale.zero.resign import PlayedOut, false_resignations, tune_threshold
 from rlscale.zero.selfplay import Actor, PlayStats
 
 # Search settings that only make sense in self-play are not saved with the model.
@@ -80,10 +90,15 @@ class ZeroRun:
         self.learner = Learner(network_for(self.game, cfg.network), cfg.train)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
-        self.actor = Actor(
+        # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
+        self.actor = None if cfg.runtime.actors else Actor(
             self.game, network_for(self.game, cfg.network), cfg.mcts, cfg.selfplay, self.store,
             np.random.default_rng([cfg.train.seed, 1]),
         )
+        self.fleet: FleetSelfPlay | None = None
+        self.fleet_state: dict[str, Any] | None = None  # the fleet's, from a checkpoint
+        self.resign_threshold = cfg.selfplay.resign_threshold  # tuned when asked to
+        self.played_out: list[PlayedOut] = []  # the newest played-out games, for the tuning
         self.replay = ReplayWindow(
             cfg.replay.capacity, self.game.plane_shape, self.game.num_actions,
             cfg.replay.window_start, cfg.replay.window_growth,
@@ -92,12 +107,58 @@ class ZeroRun:
         self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
         self.stage = stage  # first iteration of the config stage `cfg` holds the settings of
 
+    # -- self-play: in-process, or the fleet ------------------------------------------------
+    def start_actors(self) -> None:
+        """Start the self-play fleet (runtime.actors > 0; inside a Ray session) with the
+        current weights; a no-op for in-process self-play."""
+        if self.cfg.runtime.actors and self.fleet is None:
+            self.fleet = FleetSelfPlay(self.cfg, resign_threshold=self.resign_threshold,
+                                       resumed=self.fleet_state)
+            self.fleet.start(self.learner.net.state_dict(), self.store.version)
+
+    def close(self) -> None:
+        if self.fleet is not None:
+            self.fleet.close()
+
+    def _self_play(self, games: int) -> tuple[Samples, PlayStats, dict[str, float]]:
+        if self.fleet is not None:
+            return self.fleet.take(games)
+        if self.actor is None:
+            raise RuntimeError("runtime.actors > 0: call start_actors() (in a Ray session) first")
+        self.actor.sync()
+        return *self.actor.play(games), {}
+
+    def _tune_resignation(self, play: PlayStats) -> dict[str, float]:
+        """AlphaGo Zero's v_resign: the most aggressive threshold that keeps false
+        resignations in the played-out games under the target (zero/resign.py)."""
+        sp = self.cfg.selfplay
+        if self.resign_threshold is None:
+            return {}
+        m = {}
+        if sp.resign_false_positive_target is not None:
+            self.played_out = (self.played_out + play.played_out)[-sp.resign_tune_window:]
+            tuned = tune_threshold(self.played_out, target=sp.resign_false_positive_target,
+                                   min_moves=sp.resign_min_moves,
+                                   min_games=sp.resign_tune_min_games)
+            if tuned is not None:
+                self.resign_threshold = tuned
+                if self.actor is not None:
+                    self.actor.resign_threshold = tuned
+                if self.fleet is not None:
+                    self.fleet.set_resign_threshold(tuned)
+            false, would = false_resignations(self.played_out, self.resign_threshold,
+                                              sp.resign_min_moves)
+            m["selfplay/played_out_games"] = len(self.played_out)
+            m["selfplay/tuned_false_resign_rate"] = false / max(would, 1)
+        m["selfplay/resign_threshold"] = self.resign_threshold  # from the next iteration on
+        return m
+
     # -- one iteration ------------------------------------------------------------------------
     def iterate(self) -> dict[str, Any]:
         cfg = self.cfg
         start = time.perf_counter()
-        self.actor.sync()
-        samples, play = self.actor.play(cfg.selfplay.games_per_iteration)
+        samples, play, fleet_metrics = self._self_play(cfg.selfplay.games_per_iteration)
+        resign_metrics = self._tune_resignation(play)
         # Scored before they are trained on: the generalisation lens (see Learner.held_out).
         held_out = self.learner.held_out(samples)
         self.replay.add(samples)
@@ -123,6 +184,8 @@ class ZeroRun:
             self.undo.restore()
         elif losses:
             self.counters.version = self.learner.publish(self.store)
+            if self.fleet is not None:
+                self.fleet.publish(self.learner.net.state_dict(), self.counters.version)
 
         c = self.counters
         c.iteration += 1
@@ -131,8 +194,10 @@ class ZeroRun:
         c.learner_steps = self.learner.steps
         seconds = time.perf_counter() - start
         c.seconds += seconds
-        return _lens_metrics(play, losses, lag, samples, self.replay, c, seconds, train_seconds,
-                             self.learner.optimizer.param_groups[0]["lr"], held_out)
+        metrics = _lens_metrics(play, losses, lag, samples, self.replay, c, seconds,
+                                train_seconds, self.learner.optimizer.param_groups[0]["lr"],
+                                held_out)
+        return {**metrics, **resign_metrics, **fleet_metrics}
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
@@ -154,10 +219,13 @@ class ZeroRun:
                 "counters": asdict(self.counters),
                 "rng": rng_state(),
                 "learner_rng": self.rng.bit_generator.state,
+                "resign": {"threshold": self.resign_threshold, "played_out": self.played_out},
+                "fleet": self.fleet.checkpoint_state() if self.fleet is not None else None,
             }, tmp / "trainer.pt")
             self.replay.save(tmp / "replay.npz")
-            with open(tmp / "actor.pkl", "wb") as f:
-                pickle.dump(self.actor.state_dict(), f)
+            if self.actor is not None:  # a fleet's games in flight are not saved
+                with open(tmp / "actor.pkl", "wb") as f:
+                    pickle.dump(self.actor.state_dict(), f)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path
 
@@ -179,8 +247,18 @@ class ZeroRun:
         set_rng_state(state["rng"])
         self.rng.bit_generator.state = state["learner_rng"]
         self.store = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
-        self.actor.weights = self.store
         self.replay.load(path / "replay.npz")
+        self.fleet_state = state.get("fleet")
+        resign = state.get("resign")
+        if (resign is not None and resign["threshold"] is not None
+                and self.cfg.selfplay.resign_false_positive_target is not None):
+            self.resign_threshold, self.played_out = resign["threshold"], resign["played_out"]
+        if self.actor is None:
+            return
+        self.actor.weights = self.store
+        self.actor.resign_threshold = self.resign_threshold
+        if not (path / "actor.pkl").is_file():  # saved by a fleet run: fresh games
+            return
         with open(path / "actor.pkl", "rb") as f:
             actor_state = pickle.load(f)
         # Games in flight carry over unless the resumed config asks for another number.
@@ -276,12 +354,43 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
 
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
     that stage's settings, so a staged run and one stopped and resumed by hand agree."""
+    _check_threads(cfg)  # a one-line config error before the run directory is touched
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     try:
         return _train(cfg, run_dir, resume, progress, allow_config_change)
     finally:
         lock.release()
+
+
+def _stage_configs(cfg: ZeroConfig) -> list[ZeroConfig]:
+    return [cfg.at_iteration(start) for start in [1, *sorted(cfg.stages)]]
+
+
+def _check_threads(cfg: ZeroConfig) -> None:
+    """Refuse (or warn about) a fleet that oversubscribes this machine's cores; a cluster
+    by address places its actors itself."""
+    if cfg.runtime.address is not None:
+        return
+    for stage in _stage_configs(cfg):
+        rt = stage.runtime
+        if not rt.actors:
+            continue
+        found = thread_check(rt.actors, rt.actor_threads, stage.train.threads, os.cpu_count() or 1)
+        if found and found[0] == "error":
+            raise ConfigError(found[1])
+        if found:
+            print(f"warning: {found[1]}")
+            return
+
+
+def _ray_if_needed(cfg: ZeroConfig) -> contextlib.AbstractContextManager[Any]:
+    """A Ray session when any stage plays self-play on actors, else nothing."""
+    actors = [s.runtime for s in _stage_configs(cfg) if s.runtime.actors]
+    if not actors:
+        return contextlib.nullcontext()
+    cpus = max(rt.actors * rt.actor_threads for rt in actors)
+    return ray_session(cfg.runtime.address, num_cpus=max(os.cpu_count() or 1, cpus))
 
 
 def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None:
@@ -324,42 +433,58 @@ def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
     resume_step = run.counters.iteration if resumed_from is not None else None
     logger = MetricsLogger(run_dir, resume_step=resume_step, trackers=open_trackers(
         cfg.logging, run_dir, config_to_dict(cfg), resume_step))
-    guard = NonFiniteGuard(cfg.health.max_nonfinite_steps, what="iteration")
-    started = time.perf_counter()
-    metrics: dict[str, Any] = {}
     bar = StepProgress(cfg.train.iterations, f"zero {cfg.name}", enabled=progress,
                        completed=run.counters.iteration, fields=("games", "vloss", "ploss"))
     try:
-        while run.counters.iteration < cfg.train.iterations:
-            upcoming = run.counters.iteration + 1
-            if cfg.stage_start(upcoming) != run.stage:
-                path = checkpoint_path(run_dir, run.counters.iteration)
-                if not path.is_dir():
-                    path = run.save_checkpoint()
-                run = _start_run(cfg, upcoming, path)
-            values = run.iterate()
-            guard.observe(run.counters.iteration, run.nonfinite)
-            values["health/skipped_steps"] = guard.skipped
-            metrics = logger.log(run.counters.iteration, values)
-            if guard.should_stop:
-                # The weights are the last good ones again: a checkpoint to resume from.
-                path = run.save_checkpoint()
-                raise NonFiniteError(guard.stop_message(run.counters.iteration, run.nonfinite,
-                                                        str(path)))
-            if run.last_lags is not None:
-                logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
-            bar.update(run.counters.iteration, {
-                "games": run.counters.games, "vloss": metrics.get("credit/value_loss"),
-                "ploss": metrics.get("bias_variance/policy_loss")})
-            last = run.counters.iteration >= cfg.train.iterations
-            budget = run.cfg.train.max_minutes
-            out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
-            if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
-                run.save_checkpoint()
-            if out_of_time:
-                break
+        with _ray_if_needed(cfg):
+            run.start_actors()
+            try:
+                run, metrics = _iterate(cfg, run, logger, bar)
+            finally:
+                run.close()
     finally:
         bar.close()
         logger.close()
     final = run.save_final()
     return TrainResult(run_dir, run.counters, final, metrics)
+
+
+def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger,
+             bar: StepProgress) -> tuple[ZeroRun, dict[str, Any]]:
+    """Iterate, log and checkpoint until train.iterations (or max_minutes); the run of the
+    last stage and the last metrics."""
+    run_dir = cfg.run_dir()
+    guard = NonFiniteGuard(cfg.health.max_nonfinite_steps, what="iteration")
+    started = time.perf_counter()
+    metrics: dict[str, Any] = {}
+    while run.counters.iteration < cfg.train.iterations:
+        upcoming = run.counters.iteration + 1
+        if cfg.stage_start(upcoming) != run.stage:
+            path = checkpoint_path(run_dir, run.counters.iteration)
+            if not path.is_dir():
+                path = run.save_checkpoint()
+            run.close()  # a fleet restarts with the new stage's settings, as on a resume
+            run = _start_run(cfg, upcoming, path)
+            run.start_actors()
+        values = run.iterate()
+        guard.observe(run.counters.iteration, run.nonfinite)
+        values["health/skipped_steps"] = guard.skipped
+        metrics = logger.log(run.counters.iteration, values)
+        if guard.should_stop:
+            # The weights are the last good ones again: a checkpoint to resume from.
+            path = run.save_checkpoint()
+            raise NonFiniteError(guard.stop_message(run.counters.iteration, run.nonfinite,
+                                                    str(path)))
+        if run.last_lags is not None:
+            logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
+        bar.update(run.counters.iteration, {
+            "games": run.counters.games, "vloss": metrics.get("credit/value_loss"),
+            "ploss": metrics.get("bias_variance/policy_loss")})
+        last = run.counters.iteration >= cfg.train.iterations
+        budget = run.cfg.train.max_minutes
+        out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
+        if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
+            run.save_checkpoint()
+        if out_of_time:
+            break
+    return run, metrics

@@ -32,6 +32,12 @@ class Samples:
     def concat(parts: list[Samples]) -> Samples:
         return Samples(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
+    @staticmethod
+    def empty(plane_shape: tuple[int, ...], num_actions: int) -> Samples:
+        return Samples(np.zeros((0, *plane_shape), np.float32),
+                       np.zeros((0, num_actions), np.float32), np.zeros(0, np.float32),
+                       np.zeros(0, np.float32), np.zeros(0, np.int64))
+
 
 _FIELDS = ("planes", "policy", "outcome", "root_value", "policy_version")
 

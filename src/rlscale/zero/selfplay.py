@@ -2,9 +2,13 @@
 
 An `Actor` keeps `concurrent_games` games in flight and moves all of them with one batched
 search per move (one network call per simulation step across every tree). It pulls weights
-from a `WeightStore` between batches of games and stamps every sample with the version that
-produced it. It only talks to the learner through the store and the samples it returns, so a
-fleet of actors in other processes can replace it.
+from a `WeightStore` between batches of games (or takes them from a caller between moves,
+`load_weights`) and stamps every sample with the version that produced it. It only talks to
+the learner through the weights and the finished games it returns, so a fleet of actors in
+other processes can replace it (zero/actors.py).
+
+Every game has an actor-local sequence number; with the actor's index it is the game's id,
+by which a fleet counts each finished game exactly once. Only finished games leave the actor.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from rlscale.zero.games.base import Game
 from rlscale.zero.mcts import Forest, search
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import Samples
+from rlscale.zero.resign import PlayedOut
 
 
 @dataclass
@@ -37,11 +42,30 @@ class _Slot:
     ply: int = 0
     may_resign: bool = True  # False in the share of games played out to check resignations
     would_resign: int | None = None  # who would have resigned, in a played-out game
+    game: int = 0  # the actor-local sequence number of the game
+    # In a played-out game while resignation is on: (ply, player, root value) of every searched
+    # move, what the threshold tuning (zero/resign.py) replays other thresholds on.
+    checks: list[tuple[int, int, float]] | None = None
+
+
+@dataclass(frozen=True)
+class FinishedGame:
+    """A finished game as the actor hands it over: its samples and what the lenses need."""
+
+    game: int  # actor-local sequence number
+    samples: Samples  # its recorded positions (none when every move was a fast search)
+    outcome: float  # from player 0's view
+    length: int  # plies, openings included
+    moves: tuple[int, ...]
+    resigned: bool
+    would_resign: int | None  # in a played-out game: who would have resigned first
+    played_out: PlayedOut | None  # a played-out game while resignation is on
 
 
 @dataclass
 class PlayStats:
-    """What one `Actor.play` call did; the loop turns it into lens metrics."""
+    """What self-play did: per-game figures (`record`) and the work of the moves (counted
+    over every game in flight, finished or not); the loop turns it into lens metrics."""
 
     games: int = 0
     positions: int = 0  # recorded training samples
@@ -55,12 +79,33 @@ class PlayStats:
     resigned: int = 0
     playout_would_resign: int = 0  # played-out games in which someone would have resigned
     false_resignations: int = 0  # ... and that player did not lose
+    played_out: list[PlayedOut] = field(default_factory=list)  # for the threshold tuning
+
+    def record(self, game: FinishedGame) -> None:
+        self.games += 1
+        self.positions += len(game.samples)
+        self.lengths.append(game.length)
+        self.outcomes.append(game.outcome)
+        self.sequences.add(game.moves)
+        self.resigned += game.resigned
+        if game.would_resign is not None:
+            self.playout_would_resign += 1
+            loser_view = game.outcome if game.would_resign == 0 else -game.outcome
+            self.false_resignations += int(loser_view >= 0)
+        if game.played_out is not None:
+            self.played_out.append(game.played_out)
 
 
 def policy_kl(target: np.ndarray, prior: np.ndarray) -> np.ndarray:
     """KL(target || prior) per row, with 0 log 0 = 0."""
     t = np.maximum(target, 1e-12)
     return np.where(target > 0, target * (np.log(t) - np.log(np.maximum(prior, 1e-12))), 0.0).sum(-1)
+
+
+def game_samples(games: list[FinishedGame], game: Game) -> Samples:
+    """The samples of `games`, in order, as one batch."""
+    parts = [g.samples for g in games if len(g.samples)]
+    return Samples.concat(parts) if parts else Samples.empty(game.plane_shape, game.num_actions)
 
 
 class Actor:
@@ -72,11 +117,14 @@ class Actor:
         selfplay: SelfPlayConfig,
         weights: WeightStore,
         rng: np.random.Generator,
+        first_game: int = 0,
     ) -> None:
         self.game, self.net, self.mcts, self.config = game, net, mcts, selfplay
         self.weights = weights
         self.rng = rng
         self.version = -1
+        self.resign_threshold = selfplay.resign_threshold  # the loop may tune it between calls
+        self.next_game = first_game  # the sequence number of the next game started
         n = selfplay.concurrent_games
         self.forest = Forest(game, n, capacity=2 * mcts.simulations + 2)
         self.slots = [self._new_game(i) for i in range(n)]
@@ -96,31 +144,39 @@ class Actor:
                     state = after
                     moves.append(action)
         self.forest.reset(i, state)
-        return _Slot(moves=moves, ply=len(moves),
+        self.next_game += 1
+        return _Slot(moves=moves, ply=len(moves), game=self.next_game - 1,
                      may_resign=self.rng.random() >= cfg.resign_playout_share)
+
+    def in_flight(self) -> list[int]:
+        """The sequence numbers of the games being played."""
+        return [slot.game for slot in self.slots]
+
+    def load_weights(self, state: dict[str, Any], version: int) -> None:
+        self.net.load_state_dict(state)
+        self.net.eval()
+        self.version = version
 
     def sync(self) -> int:
         """Pull the newest weights if the store has a newer version."""
         version, state = self.weights.latest()
         if version != self.version and state is not None:
-            self.net.load_state_dict(state)
-            self.net.eval()
-            self.version = version
+            self.load_weights(state, version)
         return self.version
 
     def play(self, num_games: int) -> tuple[Samples, PlayStats]:
         """Move all games until `num_games` have finished; return their samples."""
         start = time.perf_counter()
         stats = PlayStats()
-        parts: list[Samples] = []
+        games: list[FinishedGame] = []
         while stats.games < num_games:
-            self._step(parts, stats)
+            games += self.step(stats)
         stats.seconds = time.perf_counter() - start
-        samples = Samples.concat(parts) if parts else _empty(self.game)
-        stats.positions = len(samples)
-        return samples, stats
+        return game_samples(games, self.game), stats
 
-    def _step(self, parts: list[Samples], stats: PlayStats) -> None:
+    def step(self, stats: PlayStats) -> list[FinishedGame]:
+        """One move of every game in flight (one batched search); the games that finished,
+        each recorded in `stats`, and a new game started in its slot."""
         cfg, game, n = self.config, self.game, len(self.slots)
         if cfg.fast_simulations is None:
             full = np.ones(n, bool)
@@ -139,6 +195,8 @@ class Actor:
         stats.moves += n
         recorded = np.flatnonzero(full)
         stats.kl_sum += float(policy_kl(result.policy[recorded], result.prior[recorded]).sum())
+        threshold = self.resign_threshold
+        finished: list[FinishedGame] = []
         for i, slot in enumerate(self.slots):
             state = self.forest.root_state(i)
             player = game.to_play(state)
@@ -149,14 +207,13 @@ class Actor:
                 slot.player.append(player)
                 slot.root_value.append(value)
                 slot.version.append(self.version)
-            if (
-                cfg.resign_threshold is not None
-                and slot.ply >= cfg.resign_min_moves
-                and value < cfg.resign_threshold
-            ):
+            if threshold is not None and not slot.may_resign:
+                if slot.checks is None:
+                    slot.checks = []
+                slot.checks.append((slot.ply, player, value))
+            if threshold is not None and slot.ply >= cfg.resign_min_moves and value < threshold:
                 if slot.may_resign:
-                    stats.resigned += 1
-                    self._finish(i, -1.0 if player == 0 else 1.0, parts, stats)
+                    finished.append(self._finish(i, -1.0 if player == 0 else 1.0, True))
                     continue
                 if slot.would_resign is None:
                     slot.would_resign = player
@@ -164,33 +221,35 @@ class Actor:
             slot.moves.append(int(result.chosen[i]))
             slot.ply += 1
             if game.is_terminal(state):
-                self._finish(i, game.outcome(state), parts, stats)
+                finished.append(self._finish(i, game.outcome(state), False))
+        for done in finished:
+            stats.record(done)
+        return finished
 
-    def _finish(self, i: int, outcome: float, parts: list[Samples], stats: PlayStats) -> None:
+    def _finish(self, i: int, outcome: float, resigned: bool) -> FinishedGame:
         slot = self.slots[i]
-        stats.games += 1
-        stats.lengths.append(slot.ply)
-        stats.outcomes.append(outcome)
-        stats.sequences.add(tuple(slot.moves))
-        if slot.would_resign is not None:
-            stats.playout_would_resign += 1
-            loser_view = outcome if slot.would_resign == 0 else -outcome
-            stats.false_resignations += int(loser_view >= 0)
         if slot.planes:
             players = np.array(slot.player)
-            parts.append(Samples(
+            samples = Samples(
                 planes=np.stack(slot.planes),
                 policy=np.stack(slot.policy).astype(np.float32),
                 outcome=np.where(players == 0, outcome, -outcome).astype(np.float32),
                 root_value=np.array(slot.root_value, np.float32),
                 policy_version=np.array(slot.version, np.int64),
-            ))
+            )
+        else:
+            samples = Samples.empty(self.game.plane_shape, self.game.num_actions)
+        done = FinishedGame(
+            slot.game, samples, outcome, slot.ply, tuple(slot.moves), resigned,
+            slot.would_resign,
+            PlayedOut.from_checks(slot.checks, outcome) if slot.checks is not None else None)
         self.slots[i] = self._new_game(i)
+        return done
 
     # -- checkpointing: games in flight, their trees and the RNG, for exact resume ----------
     def state_dict(self) -> dict[str, Any]:
         return {"forest": self.forest, "slots": self.slots, "rng": self.rng.bit_generator.state,
-                "version": self.version}
+                "version": self.version, "next_game": self.next_game}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.forest, self.slots = state["forest"], state["slots"]
@@ -198,12 +257,5 @@ class Actor:
             if not hasattr(slot, "moves"):
                 slot.moves = []
         self.rng.bit_generator.state = state["rng"]
+        self.next_game = state.get("next_game", self.next_game)
         self.version = -1  # reload weights from the store on the next sync
-
-
-def _empty(game: Game) -> Samples:
-    a = game.num_actions
-    return Samples(
-        np.zeros((0, *game.plane_shape), np.float32), np.zeros((0, a), np.float32),
-        np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64),
-    )
