@@ -73,9 +73,9 @@ def load_agent_or_fresh(model: str | None, search: str):
     if (path / "model.json").is_file():
         return load_network_agent(path, 0, game="connect4", search=search), str(path)
     from rlscale.config import load_config
+    from rlscale.zero.agent import Agent
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.network import network_for
-    from rlscale.zero.agent import Agent
 
     cfg = load_config(ZeroConfig, REPO / "configs" / "zero" / "connect4.yaml")
     game = make_game("connect4")

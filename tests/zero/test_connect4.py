@@ -144,3 +144,39 @@ def test_states_are_small_values(game):
     a = state_from_moves(game, "4453")
     b = game.apply(state_from_moves(game, "445"), 2)
     assert a == b and hash(a) == hash(b)
+
+
+def test_bitboard_primitives_match_a_naive_grid(game):
+    """has_four, winning_spots and playable (shared by the game, the solver and the playouts)
+    against a naive scan of the grid, on random unfinished positions."""
+    from rlscale.zero.games.connect4_bitboard import has_four, playable, winning_spots
+
+    def bit(row, col):
+        return 1 << (7 * col + row)
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    while checked < 150:
+        state = game.initial_state()
+        for _ in range(int(rng.integers(4, 30))):
+            legal = np.flatnonzero(game.legal_mask(state))
+            after = game.apply(state, int(rng.choice(legal)))
+            if game.is_terminal(after):
+                break
+            state = after
+        grid = grid_of(state.moves)
+        me = 1 + len(state.moves) % 2
+        mine = state.mine
+        assert not has_four(mine) and not has_four(mine ^ state.mask)
+        spots = 0
+        for r in range(6):
+            for c in range(7):
+                if grid[r, c] == 0:
+                    trial = grid.copy()
+                    trial[r, c] = me
+                    if naive_winner(trial) == me:
+                        spots |= bit(r, c)
+        assert winning_spots(mine, state.mask) == spots
+        tops = [int((grid[:, c] != 0).sum()) for c in range(7)]
+        assert playable(state.mask) == sum(bit(h, c) for c, h in enumerate(tops) if h < 6)
+        checked += 1

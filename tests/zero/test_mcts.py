@@ -1,4 +1,5 @@
-"""Batched MCTS on tic-tac-toe and Connect Four with knowledge-free evaluators."""
+"""Batched MCTS on tic-tac-toe and Connect Four with knowledge-free evaluators, and the pure
+MCTS (UCT with random playouts)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from rlscale.zero.config import MCTSConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.mcts import (
     Forest,
-    RolloutEvaluator,
     UniformEvaluator,
     considered_visit_sequence,
+    playout_function,
     search,
     search_states,
+    uct_search,
 )
 
 torch.set_num_threads(1)
@@ -192,16 +194,49 @@ def test_gumbel_finds_the_win_with_few_simulations(noise):
     assert blocked.chosen[0] == 2
 
 
-def test_pure_mcts_with_rollouts_plays_connect4_tactics():
+def test_pure_mcts_plays_connect4_and_tictactoe_tactics():
     c4 = make_game("connect4")
     # Player 0 has three in the bottom row (columns 1-3); column 4 wins.
     win = play(c4, [0, 0, 1, 1, 2, 2])
     # Same, but it is player 1 who must block at column 4.
     block = play(c4, [0, 0, 1, 1, 2])
-    evaluator = RolloutEvaluator(c4, np.random.default_rng(0))
-    result = search_states(c4, [win, block], evaluator, MCTSConfig(simulations=200),
-                           np.random.default_rng(0))
-    assert result.chosen.tolist() == [3, 3]
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        assert [uct_search(c4, s, 200, rng) for s in (win, block)] == [3, 3]
+        assert [uct_search(TTT, s, 200, rng) for s in (WIN, BLOCK)] == [2, 2]
+    with pytest.raises(ValueError, match="at least 1"):
+        uct_search(TTT, WIN, 0, np.random.default_rng(0))
+
+
+def test_compiled_connect4_playout_is_uniform_random_play():
+    """The compiled playout of Connect Four plays the same game as the generic one (random
+    play from the empty board: the first player wins about 55.5%, draws are rare), and is
+    a function of the generator's state."""
+    c4 = make_game("connect4")
+    fast = playout_function(c4)
+
+    def generic(state, rng):
+        while not c4.is_terminal(state):
+            legal = np.flatnonzero(c4.legal_mask(state))
+            state = c4.apply(state, int(legal[rng.integers(legal.size)]))
+        return c4.outcome(state)
+
+    rng = np.random.default_rng(0)
+    n_fast, n_slow = 20_000, 3_000
+    fast_wins = np.mean([fast(c4.initial_state(), rng) == 1.0 for _ in range(n_fast)])
+    slow_wins = np.mean([generic(c4.initial_state(), rng) == 1.0 for _ in range(n_slow)])
+    assert abs(fast_wins - slow_wins) < 4 * np.sqrt(0.25 / n_slow + 0.25 / n_fast)
+    assert 0.53 < fast_wins < 0.58
+    assert fast(play(c4, [0, 0, 1, 1, 2, 2, 3]), rng) == 1.0  # a finished game: its result
+    # Player 0 to move with three in the bottom row: it wins most random playouts, and the
+    # result is from player 0's view whoever is to move.
+    for moves in ([0, 0, 1, 1, 2, 6], [6, 0, 0, 1, 1, 2, 5]):
+        state = play(c4, moves)
+        results = np.array([fast(state, np.random.default_rng(s)) for s in range(300)])
+        assert set(results) <= {-1.0, 0.0, 1.0}
+        assert np.mean(results == (1.0 if len(moves) == 6 else -1.0)) > 0.5
+    state = play(c4, [0, 0, 1, 1, 2, 6])
+    assert len({fast(state, np.random.default_rng(7)) for _ in range(5)}) == 1
 
 
 @pytest.mark.parametrize("gumbel", [False, True])

@@ -3,9 +3,9 @@ test-time compute curve.
 
 Agents. Anything with `name`, `act(game, state) -> action` and `act_many(game, states) ->
 actions` plays: `RandomAgent` (uniform over legal moves), `PureMCTSAgent` (UCT with uniformly
-random playouts, no knowledge), `NetworkAgent` (a saved network: its raw policy with 0
-simulations, else its search with N simulations, no noise) and `SolverAgent` (perfect
-Connect Four). `act_many` is where batching pays: a `NetworkAgent` searches every position of
+random playouts, no knowledge: `rlscale.zero.mcts.uct_search`), `NetworkAgent` (a saved
+network: its raw policy with 0 simulations, else its search with N simulations, no noise)
+and `SolverAgent` (perfect Connect Four). `act_many` is where batching pays: a `NetworkAgent` searches every position of
 the call in ONE batched search (one network call per simulation step over all trees), so a
 match moves all its games at once.
 
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from numba import njit
 
 from rlscale.zero.games.base import Game
+from rlscale.zero.mcts import DEFAULT_UCT_C, uct_search
 
 DEFAULT_OPENING_PLIES = 2
 CURVE_SIMULATIONS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800)
@@ -116,35 +116,9 @@ class SolverAgent(_OneByOne):
         return int(best[self.rng.integers(len(best))])
 
 
-# Pure MCTS: UCT (UCB1 selection, one node added per simulation, uniformly random playout,
-# most-visited move), the knowledge-free baseline of AlphaZero papers and of OpenSpiel's
-# MCTSBot. Values are in [-1, 1]; c = 2 is the uct_c of OpenSpiel's MCTS example on that
-# scale. Measured at 1000 simulations on Connect Four, c in {0.7, 1, 1.4, 3} against c = 2
-# came out within +-35 Elo (60 games each, all inside the 95% intervals).
-DEFAULT_UCT_C = 2.0
-
-
-class _UctNode:
-    __slots__ = ("state", "mover", "children", "untried", "visits", "value", "terminal", "result")
-
-    def __init__(self, state: Any, mover: int, game: Game, rng: np.random.Generator) -> None:
-        self.state = state
-        self.mover = mover  # the player whose move led here; `value` is from their view
-        self.children: list[tuple[int, _UctNode]] = []
-        self.terminal = game.is_terminal(state)
-        self.result = game.outcome(state) if self.terminal else 0.0  # player 0's view
-        untried = np.flatnonzero(game.legal_mask(state)).tolist() if not self.terminal else []
-        rng.shuffle(untried)
-        self.untried: list[int] = untried
-        self.visits = 0
-        self.value = 0.0
-
-
 class PureMCTSAgent(_OneByOne):
-    """UCT with `simulations` uniformly random playouts per move (no network, no priors).
-
-    Connect Four playouts run in a compiled bitboard loop; other games play out through the
-    Game protocol. Each move searches a fresh tree."""
+    """Pure MCTS (`rlscale.zero.mcts.uct_search`): UCT with `simulations` uniformly random
+    playouts per move, no network, no priors, a fresh tree per move."""
 
     def __init__(self, simulations: int = 1000, seed: int = 0, uct_c: float = DEFAULT_UCT_C):
         if simulations < 1:
@@ -154,91 +128,7 @@ class PureMCTSAgent(_OneByOne):
         self.rng = np.random.default_rng(seed)
 
     def act(self, game: Game, state: Any) -> int:
-        rng = self.rng
-        fast = game.name == "connect4"
-        if fast:
-            _seed_numba(int(rng.integers(2**31)))
-        root = _UctNode(state, -1, game, rng)
-        log, sqrt, c = math.log, math.sqrt, self.uct_c
-        for _ in range(self.simulations):
-            node, path = root, [root]
-            while not node.untried and node.children:
-                scale = c * sqrt(log(node.visits))
-                best, best_score = None, -math.inf
-                for _, child in node.children:
-                    score = child.value / child.visits + scale / sqrt(child.visits)
-                    if score > best_score:
-                        best, best_score = child, score
-                node = best
-                path.append(node)
-            if node.untried:
-                action = node.untried.pop()
-                child = _UctNode(game.apply(node.state, action), game.to_play(node.state), game,
-                                 rng)
-                node.children.append((action, child))
-                node = child
-                path.append(node)
-            if node.terminal:
-                result = node.result
-            elif fast:
-                result = _connect4_playout_result(node.state)
-            else:
-                result = _playout(game, node.state, rng)
-            for n in path:
-                n.visits += 1
-                n.value += result if n.mover == 0 else -result
-        action, _ = max(root.children, key=lambda ac: (ac[1].visits, ac[1].value))
-        return int(action)
-
-
-def _playout(game: Game, state: Any, rng: np.random.Generator) -> float:
-    """Uniformly random moves to the end; the outcome from player 0's view."""
-    while not game.is_terminal(state):
-        legal = np.flatnonzero(game.legal_mask(state))
-        state = game.apply(state, int(legal[rng.integers(legal.size)]))
-    return game.outcome(state)
-
-
-@njit(cache=True)
-def _seed_numba(seed):
-    np.random.seed(seed)
-
-
-@njit(cache=True)
-def _c4_has_four(stones):
-    for shift in (1, 7, 6, 8):
-        pairs = stones & (stones >> shift)
-        if pairs & (pairs >> (2 * shift)):
-            return True
-    return False
-
-
-@njit(cache=True)
-def _c4_playout(mine, mask):
-    """Random playout on the bitboards of `rlscale.zero.games.connect4`: +1 if the player to
-    move wins, -1 if they lose, 0 for a draw."""
-    sign = 1
-    columns = np.empty(7, np.int64)
-    while True:
-        count = 0
-        for c in range(7):
-            if not mask & (1 << (7 * c + 5)):
-                columns[count] = c
-                count += 1
-        if count == 0:
-            return 0
-        column = columns[np.random.randint(count)]
-        new_mask = mask | (mask + (1 << (7 * column)))
-        mover = mine | (new_mask ^ mask)
-        if _c4_has_four(mover):
-            return sign
-        mine, mask = mover ^ new_mask, new_mask
-        sign = -sign
-
-
-def _connect4_playout_result(state: Any) -> float:
-    result = _c4_playout(state.mine, state.mask)
-    return float(result if len(state.moves) % 2 == 0 else -result)  # player 0's view
+        return uct_search(game, state, self.simulations, self.rng, self.uct_c)
 
 
 class NetworkAgent:

@@ -31,14 +31,22 @@ as the training target. Below the root, nodes use PUCT.
 Evaluators are callables `(planes [B, *plane_shape]) -> (priors [B, A], values [B])`, with
 priors over all actions (the search masks illegal ones) and values from the view of the
 player to move. An evaluator with `takes_states = True` is given the list of game states
-instead of planes (used by the random-rollout evaluator of pure MCTS).
+instead of planes.
+
+Pure MCTS (`uct_search`, the `mcts:N` baseline of the arena) is the knowledge-free search of
+AlphaZero papers and of OpenSpiel's MCTSBot: UCT (UCB1 selection with c = 2, untried moves
+first), one node added and one uniformly random playout per simulation, the most visited
+move. It searches one position at a time with nodes as Python objects: with no network to
+batch, that is many times faster per simulation than the array forest. A game may offer a
+compiled `random_playout(state, rng)` (Connect Four does); others play out through the
+Game protocol.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -226,31 +234,6 @@ class UniformEvaluator:
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(planes)
         return np.full((n, self.num_actions), 1.0 / self.num_actions, np.float32), np.zeros(n)
-
-
-class RolloutEvaluator:
-    """Pure MCTS: uniform priors, value = outcome of `rollouts` uniformly random playouts."""
-
-    takes_states = True
-
-    def __init__(self, game: Game, rng: np.random.Generator, rollouts: int = 1) -> None:
-        self.game, self.rng, self.rollouts = game, rng, rollouts
-
-    def __call__(self, states: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        game = self.game
-        values = np.zeros(len(states), np.float32)
-        for i, start in enumerate(states):
-            me = game.to_play(start)
-            total = 0.0
-            for _ in range(self.rollouts):
-                state = start
-                while not game.is_terminal(state):
-                    legal = np.flatnonzero(game.legal_mask(state))
-                    state = game.apply(state, int(legal[self.rng.integers(legal.size)]))
-                total += game.outcome(state)
-            values[i] = (total / self.rollouts) * (1.0 if me == 0 else -1.0)
-        priors = np.full((len(states), game.num_actions), 1.0 / game.num_actions, np.float32)
-        return priors, values
 
 
 # -- Gumbel helpers ------------------------------------------------------------------------
@@ -667,3 +650,82 @@ def search_states(
     for i, state in enumerate(states):
         forest.reset(i, state)
     return search(forest, evaluator, config, rng or np.random.default_rng(), **kwargs)
+
+
+# -- pure MCTS: UCT with random playouts ------------------------------------------------------
+
+# Values are in [-1, 1]; c = 2 is the uct_c of OpenSpiel's MCTS example on that scale.
+# Measured at 1000 simulations on Connect Four, c in {0.7, 1, 1.4, 3} against c = 2 came out
+# within +-35 Elo (60 games each, all inside the 95% intervals).
+DEFAULT_UCT_C = 2.0
+
+Playout = Callable[[Any, np.random.Generator], float]
+
+
+def playout_function(game: Game) -> Playout:
+    """`(state, rng) -> outcome from player 0's view` of uniformly random moves to the end:
+    the game's own compiled `random_playout` where it has one, else through the protocol."""
+    fast = getattr(game, "random_playout", None)
+    if fast is not None:
+        return fast
+
+    def playout(state: Any, rng: np.random.Generator) -> float:
+        while not game.is_terminal(state):
+            legal = np.flatnonzero(game.legal_mask(state))
+            state = game.apply(state, int(legal[rng.integers(legal.size)]))
+        return game.outcome(state)
+
+    return playout
+
+
+class _UctNode:
+    __slots__ = ("state", "mover", "children", "untried", "visits", "value", "terminal", "result")
+
+    def __init__(self, state: Any, mover: int, game: Game, rng: np.random.Generator) -> None:
+        self.state = state
+        self.mover = mover  # the player whose move led here; `value` is from their view
+        self.children: list[tuple[int, _UctNode]] = []
+        self.terminal = game.is_terminal(state)
+        self.result = game.outcome(state) if self.terminal else 0.0  # player 0's view
+        untried = np.flatnonzero(game.legal_mask(state)).tolist() if not self.terminal else []
+        rng.shuffle(untried)
+        self.untried: list[int] = untried
+        self.visits = 0
+        self.value = 0.0
+
+
+def uct_search(
+    game: Game, state: Any, simulations: int, rng: np.random.Generator,
+    uct_c: float = DEFAULT_UCT_C,
+) -> int:
+    """Pure MCTS from a fresh tree at `state`: `simulations` UCT simulations, each adding one
+    node and scoring it by one random playout; returns the most visited move (ties: the
+    higher total value)."""
+    if simulations < 1:
+        raise ValueError("pure MCTS needs at least 1 simulation")
+    playout = playout_function(game)
+    root = _UctNode(state, -1, game, rng)
+    log, sqrt = math.log, math.sqrt
+    for _ in range(simulations):
+        node, path = root, [root]
+        while not node.untried and node.children:
+            scale = uct_c * sqrt(log(node.visits))
+            best, best_score = None, -math.inf
+            for _, child in node.children:
+                score = child.value / child.visits + scale / sqrt(child.visits)
+                if score > best_score:
+                    best, best_score = child, score
+            node = best
+            path.append(node)
+        if node.untried:
+            action = node.untried.pop()
+            child = _UctNode(game.apply(node.state, action), game.to_play(node.state), game, rng)
+            node.children.append((action, child))
+            node = child
+            path.append(node)
+        result = node.result if node.terminal else playout(node.state, rng)
+        for n in path:
+            n.visits += 1
+            n.value += result if n.mover == 0 else -result
+    action, _ = max(root.children, key=lambda ac: (ac[1].visits, ac[1].value))
+    return int(action)

@@ -1,7 +1,7 @@
 """A perfect Connect Four solver.
 
-Negamax with alpha-beta pruning over bitboards (the 7 x (6 + 1) layout of
-`rlscale.zero.games.connect4`), compiled with numba:
+Negamax with alpha-beta pruning over bitboards (the 7 x (6 + 1) layout and the compiled
+primitives of `rlscale.zero.games.connect4_bitboard`), compiled with numba:
 
 - only moves that do not hand the opponent an immediate win are searched, and a position
   where every move does is scored at once;
@@ -24,12 +24,15 @@ from numba import njit
 
 from rlscale.zero.games.base import IllegalMove
 from rlscale.zero.games.connect4 import Connect4, Connect4State, state_from_moves
+from rlscale.zero.games.connect4_bitboard import (
+    CELLS,
+    HEIGHT,
+    WIDTH,
+    playable,
+    popcount,
+    winning_spots,
+)
 
-WIDTH = 7
-HEIGHT = 6
-CELLS = WIDTH * HEIGHT
-BOTTOM = sum(1 << (7 * c) for c in range(WIDTH))
-BOARD = BOTTOM * ((1 << HEIGHT) - 1)
 # Transposition-table entries are `key << 8 | value` (key = current + mask, < 2**49), value 0
 # empty, an upper bound u as u + 22 (1..43), a lower bound l as l + 66 (45..87): any score
 # of any position lies in -21..21.
@@ -39,44 +42,16 @@ _ORDER = np.array([3, 2, 4, 1, 5, 0, 6], np.int64)  # centre first
 
 
 @njit(cache=True)
-def _winning_spots(stones, mask):
-    """Empty cells (reachable or not) where `stones` would complete four in a row."""
-    spots = (stones << 1) & (stones << 2) & (stones << 3)
-    for shift in (7, 6, 8):
-        pair = (stones << shift) & (stones << (2 * shift))
-        spots |= pair & (stones << (3 * shift))
-        spots |= pair & (stones >> shift)
-        pair = (stones >> shift) & (stones >> (2 * shift))
-        spots |= pair & (stones << shift)
-        spots |= pair & (stones >> (3 * shift))
-    return spots & (BOARD ^ mask)
-
-
-@njit(cache=True)
-def _playable(mask):
-    return (mask + BOTTOM) & BOARD
-
-
-@njit(cache=True)
-def _popcount(x):
-    count = 0
-    while x:
-        x &= x - 1
-        count += 1
-    return count
-
-
-@njit(cache=True)
 def _safe_moves(current, mask):
     """Playable cells that do not let the opponent win next move (0 if none)."""
-    threats = _winning_spots(current ^ mask, mask)
-    playable = _playable(mask)
-    forced = playable & threats
+    threats = winning_spots(current ^ mask, mask)
+    moves = playable(mask)
+    forced = moves & threats
     if forced:
         if forced & (forced - 1):  # two threats to parry: lost
             return 0
-        playable = forced
-    return playable & ~(threats >> 1)  # never play just below an opponent's winning spot
+        moves = forced
+    return moves & ~(threats >> 1)  # never play just below an opponent's winning spot
 
 
 @njit(cache=True)
@@ -125,7 +100,7 @@ def _negamax(current, mask, moves, alpha, beta, table, move_buf, score_buf):
         column = _ORDER[i]
         move = candidates & (((1 << HEIGHT) - 1) << (7 * column))
         if move:
-            score = _popcount(_winning_spots(current | move, mask))
+            score = popcount(winning_spots(current | move, mask))
             j = count
             while j > 0 and score_buf[moves, j - 1] < score:
                 move_buf[moves, j] = move_buf[moves, j - 1]
@@ -157,7 +132,7 @@ def _half_toward_zero(x):
 
 @njit(cache=True)
 def _solve(current, mask, moves, weak, table, move_buf, score_buf):
-    if _winning_spots(current, mask) & _playable(mask):
+    if winning_spots(current, mask) & playable(mask):
         return (CELLS + 1 - moves) // 2
     low = -((CELLS - moves) // 2)
     high = (CELLS + 1 - moves) // 2

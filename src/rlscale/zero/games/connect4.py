@@ -4,9 +4,9 @@ Actions 0..6 are the columns from the left; a person writes a column as 1..7. A 
 written as the string of columns played from the empty board (`"4453"`), the format of the
 solver benchmark files; `state_from_moves` and `moves_string` convert.
 
-Bitboards use the standard 7 x (6 + 1) layout: bit `7 * column + row`, row 0 at the
-bottom, with one spare bit on top of each column so that shifted patterns never wrap into
-the next column. A state keeps the stones of the player to move (`mine`), all stones
+Bitboards use the 7 x (6 + 1) layout of `connect4_bitboard` (bit `7 * column + row`, row 0
+at the bottom), whose compiled primitives the solver and the random playouts share. A state
+keeps the stones of the player to move (`mine`), all stones
 (`mask`), the columns played (`moves`, needed for the position string) and the result once
 the game is over (`result`: +1/-1/0 from player 0's view, None while it goes on).
 """
@@ -18,11 +18,17 @@ from typing import NamedTuple
 import numpy as np
 
 from rlscale.zero.games.base import IllegalMove
+from rlscale.zero.games.connect4_bitboard import (
+    HEIGHT,
+    WIDTH,
+    bottom,
+    has_four,
+    random_playout,
+    top,
+)
 
-WIDTH = 7
-HEIGHT = 6
-_BOTTOM = [1 << (7 * c) for c in range(WIDTH)]
-_TOP = [1 << (7 * c + HEIGHT - 1) for c in range(WIDTH)]
+_BOTTOM = [bottom(c) for c in range(WIDTH)]
+_TOP = [top(c) for c in range(WIDTH)]
 # Bit index of plane cell (r, c), row 0 of the planes being the top row.
 _PLANE_BITS = np.array(
     [[7 * c + HEIGHT - 1 - r for c in range(WIDTH)] for r in range(HEIGHT)], dtype=np.int64
@@ -34,15 +40,6 @@ class Connect4State(NamedTuple):
     mask: int  # all stones
     moves: str  # columns played, 1-based digits
     result: float | None  # +1/-1/0 from player 0's view when over, else None
-
-
-def has_four(stones: int) -> bool:
-    """True when `stones` (one player's bitboard) contains four in a row."""
-    for shift in (1, 7, 6, 8):  # vertical, horizontal, two diagonals
-        pairs = stones & (stones >> shift)
-        if pairs & (pairs >> (2 * shift)):
-            return True
-    return False
 
 
 class Connect4:
@@ -85,6 +82,14 @@ class Connect4:
         elif len(moves) == WIDTH * HEIGHT:
             result = 0.0
         return Connect4State(mover ^ new_mask, new_mask, moves, result)
+
+    def random_playout(self, state: Connect4State, rng: np.random.Generator) -> float:
+        """The outcome (player 0's view) of uniformly random moves from `state` to the end,
+        played on the bitboards in compiled code: the fast path of pure MCTS."""
+        if state.result is not None:
+            return state.result
+        result = random_playout(state.mine, state.mask, rng.bit_generator.random_raw() >> 1)
+        return float(result if len(state.moves) % 2 == 0 else -result)
 
     def stones(self, state: Connect4State, player: int) -> int:
         """Bitboard of `player`'s stones."""
