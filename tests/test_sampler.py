@@ -41,23 +41,30 @@ def reference_logits(model, prompt, completion):
 class ForcedStop(torch.nn.Module):
     """Wraps a model so that row i emits EOS exactly at completion step stop[i] (None: never).
 
-    Every other step keeps the model's own logits with EOS forbidden, so a row without a
-    stop runs to max_new_tokens. The step index is read off the attention mask's width.
+    Every other step keeps the model's own logits with EOS (and the other special tokens)
+    forbidden, so a row without a
+    stop runs to max_new_tokens. The step index is read off the attention mask's width. The
+    sampler drops finished rows from the batch (all of them at once, order kept): a batch
+    smaller than the rows alive means the rows already stopped have left.
     """
 
     def __init__(self, model, eos: int, stop: list[int | None]) -> None:
         super().__init__()
         self.model, self.eos, self.stop = model, eos, stop
         self.prompt_width = None
+        self.alive = list(range(len(stop)))
 
     def forward(self, input_ids, attention_mask, **kwargs):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         if self.prompt_width is None:
             self.prompt_width = attention_mask.shape[1]
         step = attention_mask.shape[1] - self.prompt_width
+        if input_ids.shape[0] < len(self.alive):
+            self.alive = [r for r in self.alive if self.stop[r] is None or self.stop[r] >= step]
+        assert len(self.alive) == input_ids.shape[0]
         logits = out.logits.clone()
-        logits[:, -1, self.eos] = float("-inf")
-        for row, stop in enumerate(self.stop):
+        logits[:, -1, :4] = float("-inf")  # no special token (pad, bos, eos, unk) but a stop
+        for row, stop in enumerate(self.stop[r] for r in self.alive):
             if stop == step:
                 logits[row, -1, :] = float("-inf")
                 logits[row, -1, self.eos] = 0.0

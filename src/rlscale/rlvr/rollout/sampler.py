@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import transformers
 from packaging.version import Version
+
+from .decoder import DecoderWeights, StaticKVCache, decode_step
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,11 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
 @torch.no_grad()
 def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
              pad_token_id: int, generator: torch.Generator | None = None,
-             policy_version: int = 0) -> Rollout:
+             policy_version: int = 0, fast_decode: bool = True) -> Rollout:
+    """Sample completions of `prompt_ids` (one batch, left-padded). The prefill is the
+    model's forward; the decode steps run `decoder.decode_step` where the architecture is
+    supported (`fast_decode`), else the model's forward with its own cache. Rows that finish
+    leave the batch, so the later steps compute only the running ones."""
     batch = len(prompt_ids)
     width = max(len(p) for p in prompt_ids)
     device = next(model.parameters()).device
@@ -99,33 +106,80 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     finished = torch.zeros(batch, dtype=torch.bool)
     lengths = torch.zeros(batch, dtype=torch.long)
 
-    logits, cache = cached_forward(model, None, input_ids=input_ids, attention_mask=attention,
-                                   position_ids=positions)
+    logits, hf_cache = cached_forward(model, None, input_ids=input_ids,
+                                      attention_mask=attention, position_ids=positions)
     next_logits = logits[:, -1, :].float()
-    step = 0
+    step_fn = _decode_steps(model, hf_cache, attention, width + params.max_new_tokens,
+                            fast_decode)
+    rows = torch.arange(batch)        # the batch rows still running, in the cache's order
+    next_positions = positions[:, -1] + 1
     for step in range(params.max_new_tokens):
         chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
                                           generator)
-        chosen = chosen.masked_fill(finished, pad_token_id)
-        tokens[:, step] = chosen
-        logprobs[:, step] = chosen_logp.masked_fill(finished, 0.0)
-        lengths += (~finished).long()
-        finished |= chosen == eos_token_id
+        live = rows[~finished[rows]]  # rows that finished since the last compaction idle
+        drawn = ~finished[rows]
+        tokens[live, step] = chosen[drawn]
+        logprobs[live, step] = chosen_logp[drawn]
+        lengths[live] += 1
+        finished[live] |= chosen[drawn] == eos_token_id
         if bool(finished.all()) or step == params.max_new_tokens - 1:
             break
-        attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=device)], 1)
-        positions = positions[:, -1:] + 1
-        logits, cache = cached_forward(model, cache, input_ids=chosen[:, None].to(device),
-                                       attention_mask=attention, position_ids=positions)
-        next_logits = logits[:, -1, :].float()
+        running = ~finished[rows]
+        keep = None
+        if int(running.sum()) <= 3 * len(rows) // 4:  # compact once a quarter has finished
+            keep = running.nonzero().squeeze(-1)
+            rows, chosen, next_positions = rows[keep], chosen[keep], next_positions[keep]
+        next_logits = step_fn(chosen.to(device), next_positions, keep)
+        next_positions = next_positions + 1
 
     width_out = max(int(lengths.max()), 1)
     tokens, logprobs = tokens[:, :width_out], logprobs[:, :width_out]
     mask = (torch.arange(width_out)[None, :] < lengths[:, None]).float()
+    tokens = tokens.masked_fill(mask == 0, pad_token_id)
     reasons = ["stop" if f else "length" for f in finished.tolist()]
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens,
                    sampler_logprobs=logprobs * mask, mask=mask, lengths=lengths,
                    finish_reasons=reasons, policy_version=policy_version)
+
+
+def _compute_dtype(model, device: torch.device) -> torch.dtype:
+    """The dtype the caller's autocast (train.compute_dtype) computes in, else the model's."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return next(model.parameters()).dtype
+
+
+def _decode_steps(model, hf_cache, attention: torch.Tensor, width: int, fast_decode: bool):
+    """A function (tokens [b], positions [b], keep [b] or None) -> next logits [b, V] in
+    float32 that feeds one token per running row; `keep` first drops finished rows."""
+    device = attention.device
+    weights = DecoderWeights.from_model(model, _compute_dtype(model, device)) if fast_decode \
+        else None
+    if weights is not None:
+        cache = StaticKVCache(weights, attention.shape[0], width, device)
+        cache.load_prefill(hf_cache, attention)
+        del hf_cache
+
+        def fast(tokens, positions, keep):
+            if keep is not None:
+                cache.keep_rows(keep.to(device))
+            with torch.autocast(device.type, enabled=False):  # the weights are cast already
+                return decode_step(weights, cache, tokens, positions.to(device))
+
+        return fast
+    state = {"cache": hf_cache, "attention": attention}
+
+    def slow(tokens, positions, keep):
+        if keep is not None:
+            state["cache"].batch_select_indices(keep.to(device))
+            state["attention"] = state["attention"][keep.to(device)]
+        state["attention"] = F.pad(state["attention"], (0, 1), value=1)
+        logits, state["cache"] = cached_forward(
+            model, state["cache"], input_ids=tokens[:, None],
+            attention_mask=state["attention"], position_ids=positions[:, None].to(device))
+        return logits[:, -1, :].float()
+
+    return slow
 
 
 def decode_completions(tokenizer, rollout: Rollout) -> list[str]:

@@ -1,0 +1,222 @@
+"""Decode steps without per-token framework overhead, for the Llama decoder family.
+
+A decode step of a small model on a CPU is dominated by what surrounds the arithmetic: the
+Hugging Face forward builds a mask, dispatches the attention interface, grows a
+`DynamicCache` by concatenation (an O(length) copy per layer per token), casts every weight
+under autocast and wraps outputs in records, on every token. Here one step is the same math
+over weights prepared once per `generate` call: q, k, v (and gate, up) fused into one matmul
+each, cast once to the compute dtype, keys and values written into a cache preallocated to
+the final length, attention as two batched matmuls against the filled part of it.
+
+Written by hand because no maintained library does this for a CPU: vLLM's CPU build and
+SGLang need their own environments (vLLM pins transformers < 5.20), and transformers'
+`StaticCache` + `torch.compile` recompiles per batch shape and costs minutes of compilation
+per run here. The prefill still runs the model's own forward and the rotary embedding is
+the model's own module (any rope type); a step computes what the model computes (a test
+holds the logits to 1e-5 of the full forward).
+
+Supported: `llama`, `qwen2`, `qwen3`, `mistral` (without a sliding window) with SiLU MLPs
+and plain `nn.Linear` projections. Anything else (another architecture, a peft-wrapped
+model) returns None from `DecoderWeights.from_model`, and the sampler uses the model's
+forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+@dataclass(frozen=True)
+class RMSNormWeights:
+    weight: torch.Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, norm: nn.Module | None, dtype: torch.dtype) -> RMSNormWeights | None:
+        return None if norm is None else cls(norm.weight.detach().to(dtype),
+                                             norm.variance_epsilon)
+
+
+def rms_norm(x: torch.Tensor, norm: RMSNormWeights) -> torch.Tensor:
+    """The Llama family's RMSNorm: normalised in float32, scaled in the input's dtype."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)
+    return norm.weight * x32.to(x.dtype)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    qkv: torch.Tensor                # [(H + 2 Hk) d, D]
+    qkv_bias: torch.Tensor | None
+    out: torch.Tensor                # [D, H d]
+    out_bias: torch.Tensor | None
+    gate_up: torch.Tensor            # [2 I, D]
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor               # [D, I]
+    down_bias: torch.Tensor | None
+    attn_norm: RMSNormWeights
+    mlp_norm: RMSNormWeights
+    q_norm: RMSNormWeights | None    # qwen3: RMSNorm over each head before the rotary
+    k_norm: RMSNormWeights | None
+
+
+@dataclass(frozen=True)
+class DecoderWeights:
+    """The weights of one model, fused and cast for decoding; valid until the next update."""
+
+    layers: tuple[LayerWeights, ...]
+    embed: torch.Tensor              # [V, D]
+    final_norm: RMSNormWeights
+    lm_head: torch.Tensor            # [V, D]
+    rotary: nn.Module                # the model's rotary embedding (any rope type)
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    scaling: float
+    dtype: torch.dtype
+
+    @classmethod
+    def from_model(cls, model, dtype: torch.dtype | None = None) -> DecoderWeights | None:
+        """Fused weights of `model` in `dtype` (default: the model's), or None when the model
+        is not a supported architecture."""
+        if not _supported(model):
+            return None
+        cfg, inner = model.config, model.model
+        dtype = dtype or model.lm_head.weight.dtype
+        layers = tuple(_layer_weights(layer, dtype) for layer in inner.layers)
+        attn = inner.layers[0].self_attn
+        return cls(layers=layers, embed=inner.embed_tokens.weight.to(dtype),
+                   final_norm=RMSNormWeights.of(inner.norm, dtype), lm_head=model.lm_head.weight.to(dtype),
+                   rotary=inner.rotary_emb, heads=cfg.num_attention_heads,
+                   kv_heads=cfg.num_key_value_heads, head_dim=attn.head_dim,
+                   intermediate=layers[0].down.shape[1], scaling=attn.scaling, dtype=dtype)
+
+
+def _supported(model) -> bool:
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    if hasattr(model, "peft_config") or getattr(cfg, "hidden_act", None) != "silu":
+        return False
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        return False
+    if any(kind != "full_attention" for kind in getattr(cfg, "layer_types", None) or ()):
+        return False
+    inner = getattr(model, "model", None)
+    lm_head = getattr(model, "lm_head", None)
+    if inner is None or type(lm_head) is not nn.Linear or lm_head.bias is not None:
+        return False
+    for layer in inner.layers:
+        a, m = layer.self_attn, layer.mlp
+        linears = (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)
+        if any(type(x) is not nn.Linear for x in linears):
+            return False
+        norms = (layer.input_layernorm, layer.post_attention_layernorm,
+                 getattr(a, "q_norm", None), getattr(a, "k_norm", None))
+        if not all(n is None or hasattr(n, "variance_epsilon") for n in norms):
+            return False
+    return hasattr(inner.norm, "variance_epsilon")
+
+
+def _cat(*tensors: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    if any(t is None for t in tensors):
+        return None
+    return torch.cat([t.detach() for t in tensors]).to(dtype)
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(dtype)
+
+
+def _layer_weights(layer, dtype: torch.dtype) -> LayerWeights:
+    a, m = layer.self_attn, layer.mlp
+    return LayerWeights(
+        qkv=_cat(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, dtype=dtype),
+        qkv_bias=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, dtype=dtype),
+        out=_cast(a.o_proj.weight, dtype), out_bias=_cast(a.o_proj.bias, dtype),
+        gate_up=_cat(m.gate_proj.weight, m.up_proj.weight, dtype=dtype),
+        gate_up_bias=_cat(m.gate_proj.bias, m.up_proj.bias, dtype=dtype),
+        down=_cast(m.down_proj.weight, dtype), down_bias=_cast(m.down_proj.bias, dtype),
+        attn_norm=RMSNormWeights.of(layer.input_layernorm, dtype),
+        mlp_norm=RMSNormWeights.of(layer.post_attention_layernorm, dtype),
+        q_norm=RMSNormWeights.of(getattr(a, "q_norm", None), dtype),
+        k_norm=RMSNormWeights.of(getattr(a, "k_norm", None), dtype))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class StaticKVCache:
+    """Keys and values of a batch of rows, preallocated to `width` columns; every row writes
+    column `length` at each step (the rows are left-padded to a common prompt width)."""
+
+    def __init__(self, weights: DecoderWeights, batch: int, width: int,
+                 device: torch.device) -> None:
+        shape = (len(weights.layers), batch, weights.kv_heads, width, weights.head_dim)
+        self.keys = torch.zeros(shape, dtype=weights.dtype, device=device)
+        self.values = torch.zeros(shape, dtype=weights.dtype, device=device)
+        # Additive attention bias: 0 where a row attends, -inf on its padding and the future.
+        self.bias = torch.full((batch, 1, 1, width), float("-inf"), dtype=weights.dtype,
+                               device=device)
+        self.length = 0
+
+    def load_prefill(self, hf_cache, attention: torch.Tensor) -> None:
+        """Copy a prefill's `DynamicCache` ([B, Hk, P, d] per layer) and its padding mask."""
+        width = attention.shape[1]
+        for i, layer in enumerate(hf_cache.layers):
+            self.keys[i, :, :, :width] = layer.keys
+            self.values[i, :, :, :width] = layer.values
+        self.bias[:, 0, 0, :width].masked_fill_(attention.bool(), 0.0)
+        self.length = width
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Drop every row not in `rows` (finished ones), so later steps skip them."""
+        self.keys, self.values = self.keys[:, rows], self.values[:, rows]
+        self.bias = self.bias[rows]
+
+
+def decode_step(weights: DecoderWeights, cache: StaticKVCache, tokens: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+    """Feed one token per row (`tokens`, `positions`: [B]); return the next-token logits
+    [B, V] in float32. Writes the tokens' keys and values at column `cache.length`."""
+    batch = tokens.shape[0]
+    w, t = weights, cache.length
+    q_dim, kv_dim = w.heads * w.head_dim, w.kv_heads * w.head_dim
+    group = w.heads // w.kv_heads
+    x = F.embedding(tokens, w.embed)                                   # [B, D]
+    cos, sin = w.rotary(x[:, None], positions[:, None])                # [B, 1, d]
+    cos, sin = cos.to(w.dtype), sin.to(w.dtype)
+    cache.bias[:, 0, 0, t] = 0.0
+    bias = cache.bias[..., : t + 1]
+    for i, layer in enumerate(w.layers):
+        qkv = F.linear(rms_norm(x, layer.attn_norm), layer.qkv, layer.qkv_bias)
+        q = qkv[:, :q_dim].view(batch, w.heads, w.head_dim)
+        k = qkv[:, q_dim:q_dim + kv_dim].view(batch, w.kv_heads, w.head_dim)
+        v = qkv[:, q_dim + kv_dim:].view(batch, w.kv_heads, w.head_dim)
+        if layer.q_norm is not None:
+            q, k = rms_norm(q, layer.q_norm), rms_norm(k, layer.k_norm)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        cache.keys[i, :, :, t] = k
+        cache.values[i, :, :, t] = v
+        keys, values = cache.keys[i, :, :, : t + 1], cache.values[i, :, :, : t + 1]
+        # Grouped-query attention without repeating keys: [B, Hk, group, d] x [B, Hk, d, T].
+        scores = torch.matmul(q.view(batch, w.kv_heads, group, w.head_dim),
+                              keys.transpose(-1, -2)) * w.scaling + bias
+        probs = scores.float().softmax(-1).to(w.dtype)
+        attn = torch.matmul(probs, values).reshape(batch, q_dim)
+        x = x + F.linear(attn, layer.out, layer.out_bias)
+        gate_up = F.linear(rms_norm(x, layer.mlp_norm), layer.gate_up, layer.gate_up_bias)
+        hidden = F.silu(gate_up[:, : w.intermediate]) * gate_up[:, w.intermediate:]
+        x = x + F.linear(hidden, layer.down, layer.down_bias)
+    cache.length = t + 1
+    return F.linear(rms_norm(x, w.final_norm), w.lm_head).float()

@@ -1,0 +1,159 @@
+"""The fast decode step against the model's own full forward, for each supported family."""
+
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from rlscale.rlvr.rollout.decoder import DecoderWeights, StaticKVCache, decode_step
+from rlscale.rlvr.rollout.sampler import SamplingParams, cached_forward, generate
+
+SHAPE = dict(vocab_size=48, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def llama():
+    return LlamaForCausalLM(LlamaConfig(**SHAPE, tie_word_embeddings=True))
+
+
+def qwen2():  # q, k, v biases; untied output layer
+    return Qwen2ForCausalLM(Qwen2Config(**SHAPE, tie_word_embeddings=False))
+
+
+def qwen3():  # RMSNorm on every query and key head before the rotary
+    return Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16, tie_word_embeddings=False))
+
+
+FAMILIES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
+PROMPTS = [[5, 9, 13], [7], [20, 21, 22, 23, 24, 25], [30, 4]]
+
+
+def build(family: str):
+    torch.manual_seed(0)
+    model = FAMILIES[family]().eval()
+    with torch.no_grad():  # biases are zero at init; make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    return model
+
+
+def left_padded(prompts):
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        attention[i, width - len(p):] = 1
+    return ids, attention
+
+
+@torch.no_grad()
+def full_forward_last_logits(model, sequence):
+    return model(input_ids=torch.tensor([sequence]), use_cache=False).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@torch.no_grad()
+def test_decode_steps_equal_the_full_forward(family):
+    model = build(family)
+    weights = DecoderWeights.from_model(model)
+    assert weights is not None
+    ids, attention = left_padded(PROMPTS)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    _, hf_cache = cached_forward(model, None, input_ids=ids, attention_mask=attention,
+                                 position_ids=positions)
+    cache = StaticKVCache(weights, len(PROMPTS), ids.shape[1] + 6, torch.device("cpu"))
+    cache.load_prefill(hf_cache, attention)
+    fed = [list(p) for p in PROMPTS]
+    next_positions = positions[:, -1] + 1
+    for step in range(6):
+        tokens = torch.tensor([(11 * i + 5 * step) % 40 + 4 for i in range(len(PROMPTS))])
+        logits = decode_step(weights, cache, tokens, next_positions)
+        next_positions = next_positions + 1
+        for i, token in enumerate(tokens.tolist()):
+            fed[i].append(token)
+            expected = full_forward_last_logits(model, fed[i])
+            assert torch.allclose(logits[i], expected, atol=1e-5, rtol=0), (family, step, i)
+
+
+@torch.no_grad()
+def test_dropping_rows_leaves_the_others_unchanged():
+    model = build("llama")
+    weights = DecoderWeights.from_model(model)
+    ids, attention = left_padded(PROMPTS)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    _, hf_cache = cached_forward(model, None, input_ids=ids, attention_mask=attention,
+                                 position_ids=positions)
+    cache = StaticKVCache(weights, len(PROMPTS), ids.shape[1] + 2, torch.device("cpu"))
+    cache.load_prefill(hf_cache, attention)
+    tokens, next_positions = torch.tensor([4, 5, 6, 7]), positions[:, -1] + 1
+    decode_step(weights, cache, tokens, next_positions)
+    keep = torch.tensor([1, 3])
+    cache.keep_rows(keep)
+    logits = decode_step(weights, cache, torch.tensor([8, 9]), next_positions[keep] + 1)
+    for row, i in enumerate(keep.tolist()):
+        expected = full_forward_last_logits(model, PROMPTS[i] + [int(tokens[i]), 8 + row])
+        assert torch.allclose(logits[row], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_fast_decode_samples_what_the_model_forward_samples(top_p):
+    """Same seed, same tokens and log-probs, rows finishing on EOS and leaving the batch."""
+    model = build("qwen2")
+    prompts = [[4 + (7 * i + j) % 40 for j in range(1 + i % 5)] for i in range(32)]
+    with torch.no_grad():  # EOS as likely as the model's favourite token: inside the nucleus
+        favourite = model(input_ids=torch.tensor([p[:1] for p in prompts])).logits[:, -1]
+        model.lm_head.weight[2] = model.lm_head.weight[favourite.argmax(-1).mode().values]
+    params = SamplingParams(max_new_tokens=40, temperature=1.0, top_p=top_p)
+    runs = [generate(model, prompts, params, eos_token_id=2, pad_token_id=0,
+                     generator=torch.Generator().manual_seed(3), fast_decode=fast)
+            for fast in (True, False)]
+    fast, slow = runs
+    assert int((fast.lengths < params.max_new_tokens).sum()) >= 8  # compaction happened
+    assert torch.equal(fast.completion_ids, slow.completion_ids)
+    assert torch.equal(fast.lengths, slow.lengths)
+    assert torch.allclose(fast.sampler_logprobs, slow.sampler_logprobs, atol=1e-5, rtol=0)
+    assert fast.finish_reasons == slow.finish_reasons
+
+
+def test_unsupported_models_use_their_own_forward():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=48, n_positions=64, n_embd=32, n_layer=2,
+                                      n_head=2, eos_token_id=2)).eval()
+    assert DecoderWeights.from_model(gpt2) is None
+    out = generate(gpt2, PROMPTS, SamplingParams(max_new_tokens=5), eos_token_id=2,
+                   pad_token_id=0, generator=torch.Generator().manual_seed(0))
+    assert out.completion_ids.shape[0] == len(PROMPTS)
+    sliding = LlamaForCausalLM(LlamaConfig(**SHAPE))
+    sliding.config.layer_types = ["sliding_attention", "full_attention"]
+    assert DecoderWeights.from_model(sliding) is None
+
+
+def test_lora_models_use_their_own_forward():
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(build("llama"), peft.LoraConfig(r=4, target_modules="all-linear"))
+    assert DecoderWeights.from_model(model) is None
+
+
+@torch.no_grad()
+def test_bf16_autocast_decodes_in_bf16_close_to_fp32():
+    model = build("llama")
+    prompts = [[4 + (3 * i + j) % 40 for j in range(3)] for i in range(4)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1e-9)  # greedy
+    fp32 = generate(model, prompts, params, eos_token_id=2, pad_token_id=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert DecoderWeights.from_model(model, torch.bfloat16).embed.dtype == torch.bfloat16
+        bf16 = generate(model, prompts, params, eos_token_id=2, pad_token_id=0)
+    assert next(model.parameters()).dtype == torch.float32  # the model itself is untouched
+    agree = (fp32.completion_ids == bf16.completion_ids).float().mean().item()
+    assert agree >= 0.75
