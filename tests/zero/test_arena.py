@@ -160,6 +160,42 @@ def test_move_cli_contract(cli, c4_model):
     assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1
 
 
+def test_move_uses_the_play_settings(cli, tmp_path, monkeypatch):
+    """`move` searches with the model's saved play settings (play_mcts over its self-play
+    search), not the self-play ones; `--search` still forces one."""
+    from rlscale.zero.agent import Agent
+    from rlscale.zero.config import MCTSConfig
+
+    selfplay = MCTSConfig(simulations=16, gumbel=True).model_dump()
+    play = {"gumbel": False, "c_puct": 3.0}
+    game = make_game("connect4")
+    net = PolicyValueNet(game.plane_shape, game.num_actions, blocks=1, channels=8,
+                         value_hidden=8)
+    save_network(net, tmp_path / "m", "connect4", {}, {"mcts": selfplay, "play_mcts": play})
+    searched = []
+    original = Agent.search
+
+    def recording(self, states, simulations=None, game=None):
+        searched.append((self.mcts, simulations))
+        return original(self, states, simulations, game)
+
+    monkeypatch.setattr(Agent, "search", recording)
+    result = cli(["move", "--model", str(tmp_path / "m"), "--moves", "44", "--simulations", "5"])
+    assert result.exit_code == 0 and re.fullmatch(r"[1-7]\n", result.stdout)
+    assert searched == [(MCTSConfig(**{**selfplay, **play}), 5)]
+    result = cli(["move", "--model", str(tmp_path / "m"), "--moves", "44", "--simulations", "5",
+                  "--search", "gumbel"])
+    assert result.exit_code == 0 and searched[-1][0].gumbel and searched[-1][0].c_puct == 3.0
+
+
+def test_commands_are_one_function_each():
+    from rlscale.zero.arena_cli import COMMANDS
+
+    assert set(COMMANDS) == {"arena", "compute-curve", "solver-agreement", "play", "move",
+                             "gtp", "elo-curve"}
+    assert all(callable(fn) and fn.__doc__ for fn in COMMANDS.values())
+
+
 def test_cli_errors_are_one_line(cli, c4_model, tmp_path):
     for args in (
         ["arena", "--game", "chess", "--model", str(c4_model)],

@@ -209,3 +209,52 @@ def test_full_games_against_gnugo(our_colour, seed):
     assert plies > 30
     assert len(ours.moves) == plies  # every move of both sides went through our rules
     assert isinstance(ours.game, Go) and ours.game.size == 9
+
+
+def _save_go_model(path, play_mcts):
+    """A tiny 7x7 Go network saved as training saves one: its self-play search (Gumbel, 16
+    simulations) in extra.mcts and the config's play settings in extra.play_mcts."""
+    import torch
+
+    from rlscale.zero.config import MCTSConfig
+    from rlscale.zero.network import PolicyValueNet, save_network
+
+    game = Go(size=7)
+    torch.manual_seed(0)
+    net = PolicyValueNet(game.plane_shape, game.num_actions, blocks=1, channels=8,
+                         value_hidden=8)
+    selfplay = MCTSConfig(simulations=16, gumbel=True, c_puct=1.25).model_dump()
+    for key in ("dirichlet_alpha", "dirichlet_fraction"):  # as the loop saves it
+        selfplay.pop(key)
+    save_network(net, path, "go", {"size": 7}, {"mcts": selfplay, "play_mcts": play_mcts})
+    return selfplay
+
+
+def test_gtp_uses_the_play_settings(tmp_path, monkeypatch):
+    """The GTP engine searches with the model's saved play settings (play_mcts over its
+    self-play search), not the self-play ones, for a model folder and a run directory."""
+    from rlscale.zero.agent import Agent
+    from rlscale.zero.arena_cli import gtp_engine
+    from rlscale.zero.config import MCTSConfig
+
+    play = {"gumbel": False, "c_puct": 3.0, "propagate_proofs": True}
+    selfplay = _save_go_model(tmp_path / "run" / "final", play)
+    expected = MCTSConfig(**{**selfplay, **play, "simulations": 6})
+    for model in (tmp_path / "run" / "final", tmp_path / "run"):
+        engine = gtp_engine(model, 6, 7, 5.5, seed=0)
+        assert engine.choose_move.agents[7].mcts == expected
+
+    searched = []
+    original = Agent.search
+
+    def recording(self, states, simulations=None, game=None):
+        searched.append((self.mcts, simulations, game.komi))
+        return original(self, states, simulations, game)
+
+    monkeypatch.setattr(Agent, "search", recording)
+    engine = gtp_engine(tmp_path / "run", 6, 7, 5.5, seed=0)
+    assert ask(engine, "komi 6.5")[0]
+    ok, text = ask(engine, "genmove b")
+    assert ok and re.fullmatch(r"[A-HJ][1-7]|pass", text)
+    assert searched == [(expected, 6, 6.5)]  # the play settings, under the controller's komi
+    assert not searched[0][0].gumbel and searched[0][0].c_puct == 3.0

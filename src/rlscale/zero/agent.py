@@ -47,51 +47,69 @@ class Agent:
         """The network's value, from the view of the player to move."""
         return float(self.net.evaluate(self.game.planes(state)[None])[1][0])
 
-    def search(self, states: list[Any], simulations: int | None = None) -> SearchResult:
+    def search(
+        self, states: list[Any], simulations: int | None = None, game: Game | None = None
+    ) -> SearchResult:
         return search_states(
-            self.game, states, self.net.evaluate, self.mcts, self.rng,
+            game or self.game, states, self.net.evaluate, self.mcts, self.rng,
             simulations=self.mcts.simulations if simulations is None else simulations,
         )
 
-    def choose_many(self, states: list[Any], simulations: int | None = None) -> np.ndarray:
+    def choose_many(
+        self, states: list[Any], simulations: int | None = None, game: Game | None = None
+    ) -> np.ndarray:
+        """`game`: the rules to search with, when they differ from the agent's own in what
+        the network does not see (a GTP controller's komi)."""
+        game = game or self.game
         if simulations == 0:
-            planes = np.stack([self.game.planes(s) for s in states])
+            planes = np.stack([game.planes(s) for s in states])
             prior, _ = self.net.evaluate(planes)
-            legal = np.stack([self.game.legal_mask(s) for s in states])
+            legal = np.stack([game.legal_mask(s) for s in states])
             return np.argmax(np.where(legal, prior, -1.0), -1)
-        return self.search(states, simulations).chosen
+        return self.search(states, simulations, game).chosen
 
     def choose(self, state: Any, simulations: int | None = None) -> int:
         return int(self.choose_many([state], simulations)[0])
 
-    def choose_move(self, game: Game, state: Any) -> int:
+    def choose_move(self, game: Game, state: Any, simulations: int | None = None) -> int:
         """The `choose_move(game, state)` callable the GTP engine takes."""
-        return self.choose(state)
+        return int(self.choose_many([state], simulations, game)[0])
+
+
+def play_settings(extra: dict[str, Any], **overrides: Any) -> MCTSConfig:
+    """The search a saved network plays with (arena, play, move, gtp): the search it was
+    trained with (`extra["mcts"]`, saved without the self-play-only noise settings), updated
+    by its saved play settings (`extra["play_mcts"]`, the config's `play_mcts`), then by
+    `overrides`."""
+    settings = dict(extra.get("mcts", {}))
+    settings.update(extra.get("play_mcts", {}))
+    settings.update(overrides)
+    return MCTSConfig(**settings)
+
+
+def model_folder(path: str | Path) -> Path:
+    """The folder holding `model.json` that `path` names: itself, or for a run directory its
+    `final/`, else its newest checkpoint (else `path`, for the loader to refuse)."""
+    from rlscale.runtime.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if (path / "model.json").is_file():
+        return path
+    if (path / "final" / "model.json").is_file():
+        return path / "final"
+    return latest_checkpoint(path) or path
 
 
 def load_agent(
     path: str | Path, simulations: int | None = None, seed: int = 0, **mcts_overrides: Any
 ) -> Agent:
     """Load an Agent from a saved network folder (`model.json`), a checkpoint, or a run dir
-    (its `final/`, else its newest checkpoint). The search settings are those the network
-    was trained with, minus self-play-only ones, then its saved play settings (`play_mcts`
-    of the training config), then `mcts_overrides`."""
-    from rlscale.runtime.checkpoint import latest_checkpoint
+    (its `final/`, else its newest checkpoint), with its `play_settings` updated by
+    `mcts_overrides` (and `simulations`)."""
     from rlscale.zero.games import make_game
 
-    path = Path(path)
-    if not (path / "model.json").is_file():
-        final = path / "final"
-        latest = latest_checkpoint(path)
-        if (final / "model.json").is_file():
-            path = final
-        elif latest is not None:
-            path = latest
-    net, meta = load_network(path)
+    net, meta = load_network(model_folder(path))
     game = make_game(meta.game, **meta.game_kwargs)
-    settings = dict(meta.extra.get("mcts", {}))
-    settings.update(meta.extra.get("play_mcts", {}))
-    settings.update(mcts_overrides)
     if simulations is not None:
-        settings["simulations"] = simulations
-    return Agent(game, net, MCTSConfig(**settings), seed=seed)
+        mcts_overrides["simulations"] = simulations
+    return Agent(game, net, play_settings(meta.extra, **mcts_overrides), seed=seed)

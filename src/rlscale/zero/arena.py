@@ -388,7 +388,7 @@ def score_to_elo(score: float) -> float:
     return 400.0 * math.log10(score / (1.0 - score))
 
 
-def _normal_quantile(confidence: float) -> float:
+def normal_quantile(confidence: float) -> float:
     # Two-sided z for `confidence` by bisection on erf (no scipy needed).
     target, lo, hi = (1.0 + confidence) / 2.0, 0.0, 10.0
     for _ in range(100):
@@ -404,7 +404,7 @@ def wilson_interval(score: float, n: int, confidence: float = 0.95) -> tuple[flo
     """Wilson score interval for a proportion observed as `score` over `n` trials."""
     if n <= 0:
         return 0.0, 1.0
-    z = _normal_quantile(confidence)
+    z = normal_quantile(confidence)
     denom = 1.0 + z * z / n
     centre = (score + z * z / (2 * n)) / denom
     half = z * math.sqrt(score * (1.0 - score) / n + z * z / (4 * n * n)) / denom

@@ -1,12 +1,15 @@
-"""`rlscale zero arena | compute-curve | solver-agreement | play | move | gtp`.
+"""`rlscale zero arena | compute-curve | solver-agreement | play | move | gtp | elo-curve`.
 
-`register(app)` adds the commands to the Zero typer app. Every user error (unknown game,
+One function per command (`COMMANDS`); `register(app)` adds them to the Zero typer app. Every user error (unknown game,
 missing or wrong checkpoint, malformed or illegal move) is one `error: ...` line on stderr and
 exit status 2, never a traceback (RLSCALE_DEBUG=1 shows it).
 
 Agent specs (`--opponent`, `--agent`): `random`, `mcts:N` (pure MCTS, N random playouts per
 move), `raw` (the model's raw policy), `sims:N` (the model with N simulations), `model:PATH`
 (another checkpoint, e.g. an earlier one, with `--simulations`), `solver` (Connect Four only).
+A model plays with its saved play settings (`play_mcts` over its self-play search, see
+`rlscale.zero.agent.play_settings`) in every command, GTP included, unless `--search` forces
+PUCT or Gumbel.
 
 `move` contract: stdout carries the chosen move and nothing else, one line per position
 (Connect Four: the column 1-7). With `--moves -` it reads one position a line from stdin
@@ -23,6 +26,7 @@ import functools
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -196,297 +200,363 @@ def _parse_position(game: Any, text: str) -> Any:
     return state
 
 
+_MODEL_OPT = typer.Option(None, "--model", help="model folder, checkpoint or run dir "
+                          "(default: the shipped model of the game)")
+_SEARCH_OPT = typer.Option("trained", "--search",
+                           help="search settings: trained (the play settings saved with the "
+                           "model), puct, gumbel")
+_THREADS_OPT = typer.Option(None, "--threads", help="torch CPU threads")
+
+
+@_guarded
+def arena(
+    game: str = typer.Option("connect4", "--game"),
+    model: Path | None = _MODEL_OPT,
+    simulations: int = typer.Option(400, "--simulations", help="the model's budget per move"),
+    opponent: str = typer.Option("mcts:1000", "--opponent",
+                                 help="random | mcts:N | raw | sims:N | model:PATH | solver"),
+    games: int = typer.Option(100, "--games"),
+    seed: int = typer.Option(0, "--seed"),
+    opening_plies: int = typer.Option(2, "--opening-plies",
+                                      help="random moves opening each pair of games "
+                                      "(0: every game from the initial position)"),
+    search: str = _SEARCH_OPT,
+    threads: int | None = _THREADS_OPT,
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    audit: bool = typer.Option(
+        False, "--audit", help="Connect Four: solve every position of every game and "
+        "count each side's outcome-changing moves (slow: a position 2 plies deep takes "
+        "1-5 minutes to solve)"),
+) -> None:
+    """Play a match of the model against an opponent; print W/D/L, score and Elo."""
+    from rlscale.zero.arena import play_match
+    from rlscale.zero.perfect_play import audit_match, audit_summary, audit_table
+
+    if audit and game != "connect4":
+        raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
+    _threads(threads)
+    g = _game(game)
+    main = _lazy_main(model, game, simulations, search, seed)
+    agent = main()
+    rival = make_agent(opponent, game, main, simulations, search, seed + 1)
+    result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
+    audits = None
+    if audit:
+        def audited(done: int, total: int) -> None:
+            if done % 10 == 0 or done == total:
+                typer.echo(f"audited {done}/{total} games", err=True)
+
+        audits = audit_match(result, progress=audited)
+    if as_json:
+        extra = {}
+        if audits is not None:
+            extra = {"audit": audit_summary(audits),
+                     "audit_games": [a.as_dict() for a in audits]}
+        typer.echo(json.dumps({"game": game, "simulations": simulations,
+                               "opponent": opponent, **result.summary(), **extra}, indent=2))
+        return
+    elo = result.elo()
+    typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games "
+               f"({result.distinct_games} distinct), {result.seconds:.0f} s")
+    typer.echo(f"W/D/L {result.wins}/{result.draws}/{result.losses}  "
+               f"(moving first {'/'.join(map(str, result.as_first))}, "
+               f"second {'/'.join(map(str, result.as_second))})")
+    typer.echo(f"score {100 * result.score:.1f}%  Elo {elo} (95% CI)")
+    if audits is not None:
+        typer.echo(audit_table(audits, result.agent_a, result.agent_b))
+
+
+@_guarded
+def compute_curve(
+    game: str = typer.Option("connect4", "--game"),
+    model: Path | None = _MODEL_OPT,
+    games: int = typer.Option(100, "--games", help="games per point"),
+    max_simulations: int = typer.Option(800, "--max-simulations"),
+    simulations: str | None = typer.Option(
+        None, "--simulations", help="comma-separated budgets (default 0,1,2,4,...,max)"),
+    out: Path = typer.Option(Path("runs/zero/compute_curve"), "--out"),
+    seed: int = typer.Option(0, "--seed"),
+    opening_plies: int = typer.Option(2, "--opening-plies"),
+    search: str = _SEARCH_OPT,
+    threads: int | None = _THREADS_OPT,
+) -> None:
+    """The model with 0, 1, 2, 4, ... simulations against its raw policy: table + PNG."""
+    from rlscale.zero import arena as arena_lib
+
+    _threads(threads)
+    g = _game(game)
+    if simulations:
+        try:
+            budgets = [int(s) for s in simulations.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(
+                f"bad --simulations {simulations!r}: integers, comma-separated"
+            ) from None
+    else:
+        budgets = arena_lib.curve_simulations(max_simulations)
+    agent = _network_agent(model, game, 0, search, seed)
+    typer.echo(arena_lib.curve_table([]))
+
+    def show(point):
+        typer.echo(arena_lib.curve_table([point]).splitlines()[-1])
+
+    points = arena_lib.compute_curve(g, agent, budgets, games, seed, opening_plies,
+                                     on_point=show)
+    png = arena_lib.write_compute_curve(points, out, title=f"{game}: search vs raw policy")
+    typer.echo(f"wrote {out / 'curve.md'}, {out / 'curve.json'} and {png}")
+
+
+@_guarded
+def solver_agreement(
+    model: Path | None = _MODEL_OPT,
+    simulations: int = typer.Option(400, "--simulations"),
+    files: str = typer.Option("Test_L3_R1,Test_L2_R1,Test_L2_R2", "--files"),
+    limit: int | None = typer.Option(None, "--limit", help="first N positions per file"),
+    agent_spec: str = typer.Option("model", "--agent",
+                                   help="model | raw | sims:N | random | mcts:N | solver"),
+    data_dir: Path | None = typer.Option(None, "--data-dir",
+                                         help="default <repo>/../shared/data/connect4"),
+    seed: int = typer.Option(0, "--seed"),
+    search: str = _SEARCH_OPT,
+    threads: int | None = _THREADS_OPT,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Share of Connect Four benchmark positions where the move keeps the solver's value."""
+    from rlscale.zero.perfect_play import agreement_table
+    from rlscale.zero.perfect_play import solver_agreement as agreement
+
+    _threads(threads)
+    main = _lazy_main(model, "connect4", simulations, search, seed)
+    agent = make_agent(agent_spec, "connect4", main, simulations, search, seed)
+    names = [f.strip() for f in files.split(",") if f.strip()]
+    results = agreement(agent, names, limit=limit, data_dir=data_dir)
+    if as_json:
+        rows = [{"file": r.file, "positions": r.positions, "agreed": r.agreed,
+                 "share": r.share} for r in results]
+        typer.echo(json.dumps({"agent": agent.name, "files": rows}, indent=2))
+        return
+    typer.echo(agreement_table(results, agent.name))
+
+
+@_guarded
+def play(
+    game: str = typer.Option("connect4", "--game"),
+    model: Path | None = _MODEL_OPT,
+    simulations: int = typer.Option(400, "--simulations"),
+    first: str = typer.Option("human", "--first", help="who moves first: human or model"),
+    search: str = _SEARCH_OPT,
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Play the model in the terminal: type a move, or `quit`."""
+    if first not in ("human", "model"):
+        raise ValueError(f"--first must be human or model, not {first!r}")
+    g = _game(game)
+    agent = _network_agent(model, game, simulations, search, seed)
+    human = 0 if first == "human" else 1
+    hint = _HINTS.get(game, "a move")
+    out = sys.stdout
+    out.write(f"you play {'first' if human == 0 else 'second'}"
+              f"{' (X)' if human == 0 else ' (O)'} against {agent.name}; "
+              f"type {hint}, or quit\n")
+    state = g.initial_state()
+    out.write(g.render(state) + "\n")
+    while not g.is_terminal(state):
+        if g.to_play(state) == human:
+            out.write(f"your move ({hint}, quit): ")
+            out.flush()
+            line = sys.stdin.readline()
+            if not line or line.strip().lower() in ("quit", "q", "exit", "resign"):
+                out.write("\nbye\n" if not line else "bye\n")
+                return
+            try:
+                action = g.parse_move(state, line.strip())
+            except IllegalMove as err:
+                out.write(f"illegal move: {err}; try again\n")
+                continue
+        else:
+            action = agent.act(g, state)
+            out.write(f"model plays {g.format_move(state, action)}\n")
+        state = g.apply(state, action)
+        out.write(g.render(state) + "\n")
+    z = g.outcome(state)
+    z = z if human == 0 else -z
+    out.write("you win\n" if z > 0 else "the model wins\n" if z < 0 else "draw\n")
+
+
+@_guarded
+def move(
+    moves: str = typer.Option(..., "--moves",
+                              help="the moves played so far (connect4: 4453), or - for stdin"),
+    game: str = typer.Option("connect4", "--game"),
+    model: Path | None = _MODEL_OPT,
+    simulations: int = typer.Option(400, "--simulations"),
+    search: str = _SEARCH_OPT,
+    seed: int = typer.Option(0, "--seed"),
+    threads: int | None = _THREADS_OPT,
+) -> None:
+    """Print the model's move for a position (one line, nothing else on stdout)."""
+    _threads(threads)
+    g = _game(game)
+    agent = _network_agent(model, game, simulations, search, seed)
+    out = sys.stdout
+    if moves != "-":
+        state = parse_position(g, moves)
+        out.write(g.format_move(state, agent.act(g, state)) + "\n")
+        return
+    bad = 0
+    for number, line in enumerate(iter(sys.stdin.readline, ""), start=1):
+        try:
+            state = parse_position(g, line)
+            answer = g.format_move(state, agent.act(g, state))
+        except IllegalMove as err:
+            bad += 1
+            answer = ""
+            sys.stderr.write(f"error: line {number}: {err}\n")
+            sys.stderr.flush()
+        out.write(answer + "\n")
+        out.flush()
+    if bad:
+        raise typer.Exit(2)
+
+
+@_guarded
+def gtp(
+    game: str = typer.Option("go", "--game"),
+    model: Path | None = typer.Option(None, "--model", help="a Go model (default: a fresh "
+                                      "tiny network, for testing controllers)"),
+    simulations: int = typer.Option(200, "--simulations"),
+    size: int = typer.Option(9, "--size"),
+    komi: float = typer.Option(7.5, "--komi"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Go Text Protocol on stdin/stdout, moves chosen by the network's search."""
+    if game != "go":
+        raise ValueError(f"gtp plays go, not {game!r}")
+    engine = gtp_engine(model, simulations, size, komi, seed)
+    engine.run(sys.stdin, sys.stdout)
+
+
+@_guarded
+def elo_curve(
+    run_dir: Path = typer.Argument(..., help="a `rlscale zero train` run directory"),
+    games: int = typer.Option(20, "--games", help="games per pairing"),
+    simulations: int = typer.Option(64, "--simulations",
+                                    help="each checkpoint's search budget per move (0: raw)"),
+    anchors: str = typer.Option("random,mcts:200", "--anchors",
+                                help="fixed opponents, comma-separated (random, mcts:N, solver, "
+                                "model:PATH); the first is rated 0"),
+    neighbours: int = typer.Option(2, "--neighbours",
+                                   help="later checkpoints each checkpoint plays"),
+    out: Path | None = typer.Option(None, "--out", help="default RUN_DIR/elo_curve"),
+    seed: int = typer.Option(0, "--seed"),
+    opening_plies: int = typer.Option(2, "--opening-plies"),
+    search: str = _SEARCH_OPT,
+    threads: int | None = _THREADS_OPT,
+) -> None:
+    """Elo of a run's checkpoints against each other and fixed anchors: table, JSON, CSV and
+    a plot against iteration and self-play games."""
+    from rlscale.zero import elo_curve as curves
+    from rlscale.zero.network import read_meta
+
+    _threads(threads)
+    check_simulations(simulations)
+    checkpoints = curves.find_checkpoints(run_dir)
+    game = read_meta(checkpoints[0].path).game
+    specs = [a.strip() for a in anchors.split(",") if a.strip()]
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--anchors names a player twice: {anchors!r}")
+
+    def no_model():
+        raise ValueError("an anchor cannot be the run's own model: use model:PATH")
+
+    rivals = {spec: make_agent(spec, game, no_model, simulations, search, seed + 1000 + i)
+              for i, spec in enumerate(specs)}
+
+    def load(c):
+        return _network_agent(c.path, game, simulations, search, seed, name=c.name)
+
+    def show(result):
+        typer.echo(f"{result.agent_a} vs {result.agent_b}: W/D/L {result.wins}/{result.draws}/"
+                   f"{result.losses} ({result.seconds:.0f} s)", err=True)
+
+    curve = curves.elo_curve(checkpoints, load, rivals, games, seed, neighbours, opening_plies,
+                             run_dir=run_dir, on_match=show)
+    curve.settings.update(simulations=simulations, search=search, anchors=specs)
+    paths = curves.write_elo_curve(curve, out or run_dir / "elo_curve")
+    typer.echo(curves.elo_table(curve))
+    typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+# The subcommands, by name; `register` adds them to the Zero typer app.
+COMMANDS = {
+    "arena": arena, "compute-curve": compute_curve, "solver-agreement": solver_agreement,
+    "play": play, "move": move, "gtp": gtp, "elo-curve": elo_curve,
+}
+
+
 def register(app: typer.Typer) -> None:
     """Add the arena commands to the Zero typer app."""
-
-    model_opt = typer.Option(None, "--model", help="model folder, checkpoint or run dir "
-                             "(default: the shipped model of the game)")
-    search_opt = typer.Option("trained", "--search",
-                              help="search settings: trained (the play settings saved with the model), "
-                              "puct, gumbel")
-
-    @app.command()
-    @_guarded
-    def arena(
-        game: str = typer.Option("connect4", "--game"),
-        model: Path | None = model_opt,
-        simulations: int = typer.Option(400, "--simulations", help="the model's budget per move"),
-        opponent: str = typer.Option("mcts:1000", "--opponent",
-                                     help="random | mcts:N | raw | sims:N | model:PATH | solver"),
-        games: int = typer.Option(100, "--games"),
-        seed: int = typer.Option(0, "--seed"),
-        opening_plies: int = typer.Option(2, "--opening-plies",
-                                          help="random moves opening each pair of games "
-                                          "(0: every game from the initial position)"),
-        search: str = search_opt,
-        threads: int | None = typer.Option(None, "--threads", help="torch CPU threads"),
-        as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
-        audit: bool = typer.Option(
-            False, "--audit", help="Connect Four: solve every position of every game and "
-            "count each side's outcome-changing moves (slow: a position 2 plies deep takes "
-            "1-5 minutes to solve)"),
-    ) -> None:
-        """Play a match of the model against an opponent; print W/D/L, score and Elo."""
-        from rlscale.zero.arena import play_match
-        from rlscale.zero.perfect_play import audit_match, audit_summary, audit_table
-
-        if audit and game != "connect4":
-            raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
-        _threads(threads)
-        g = _game(game)
-        main = _lazy_main(model, game, simulations, search, seed)
-        agent = main()
-        rival = make_agent(opponent, game, main, simulations, search, seed + 1)
-        result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
-        audits = None
-        if audit:
-            def audited(done: int, total: int) -> None:
-                if done % 10 == 0 or done == total:
-                    typer.echo(f"audited {done}/{total} games", err=True)
-
-            audits = audit_match(result, progress=audited)
-        if as_json:
-            extra = {}
-            if audits is not None:
-                extra = {"audit": audit_summary(audits),
-                         "audit_games": [a.as_dict() for a in audits]}
-            typer.echo(json.dumps({"game": game, "simulations": simulations,
-                                   "opponent": opponent, **result.summary(), **extra}, indent=2))
-            return
-        elo = result.elo()
-        typer.echo(f"{result.agent_a} vs {result.agent_b}: {result.games} games "
-                   f"({result.distinct_games} distinct), {result.seconds:.0f} s")
-        typer.echo(f"W/D/L {result.wins}/{result.draws}/{result.losses}  "
-                   f"(moving first {'/'.join(map(str, result.as_first))}, "
-                   f"second {'/'.join(map(str, result.as_second))})")
-        typer.echo(f"score {100 * result.score:.1f}%  Elo {elo} (95% CI)")
-        if audits is not None:
-            typer.echo(audit_table(audits, result.agent_a, result.agent_b))
-
-    @app.command("compute-curve")
-    @_guarded
-    def compute_curve_cmd(
-        game: str = typer.Option("connect4", "--game"),
-        model: Path | None = model_opt,
-        games: int = typer.Option(100, "--games", help="games per point"),
-        max_simulations: int = typer.Option(800, "--max-simulations"),
-        simulations: str | None = typer.Option(
-            None, "--simulations", help="comma-separated budgets (default 0,1,2,4,...,max)"),
-        out: Path = typer.Option(Path("runs/zero/compute_curve"), "--out"),
-        seed: int = typer.Option(0, "--seed"),
-        opening_plies: int = typer.Option(2, "--opening-plies"),
-        search: str = search_opt,
-        threads: int | None = typer.Option(None, "--threads"),
-    ) -> None:
-        """The model with 0, 1, 2, 4, ... simulations against its raw policy: table + PNG."""
-        from rlscale.zero.arena import (
-            compute_curve,
-            curve_simulations,
-            curve_table,
-            write_compute_curve,
-        )
-
-        _threads(threads)
-        g = _game(game)
-        if simulations:
-            try:
-                budgets = [int(s) for s in simulations.split(",") if s.strip()]
-            except ValueError:
-                raise ValueError(
-                    f"bad --simulations {simulations!r}: integers, comma-separated"
-                ) from None
-        else:
-            budgets = curve_simulations(max_simulations)
-        agent = _network_agent(model, game, 0, search, seed)
-        typer.echo(curve_table([]))
-
-        def show(point):
-            typer.echo(curve_table([point]).splitlines()[-1])
-
-        points = compute_curve(g, agent, budgets, games, seed, opening_plies, on_point=show)
-        png = write_compute_curve(points, out, title=f"{game}: search vs raw policy")
-        typer.echo(f"wrote {out / 'curve.md'}, {out / 'curve.json'} and {png}")
-
-    @app.command("solver-agreement")
-    @_guarded
-    def solver_agreement_cmd(
-        model: Path | None = model_opt,
-        simulations: int = typer.Option(400, "--simulations"),
-        files: str = typer.Option("Test_L3_R1,Test_L2_R1,Test_L2_R2", "--files"),
-        limit: int | None = typer.Option(None, "--limit", help="first N positions per file"),
-        agent_spec: str = typer.Option("model", "--agent",
-                                       help="model | raw | sims:N | random | mcts:N | solver"),
-        data_dir: Path | None = typer.Option(None, "--data-dir",
-                                             help="default <repo>/../shared/data/connect4"),
-        seed: int = typer.Option(0, "--seed"),
-        search: str = search_opt,
-        threads: int | None = typer.Option(None, "--threads"),
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """Share of Connect Four benchmark positions where the move keeps the solver's value."""
-        from rlscale.zero.perfect_play import agreement_table, solver_agreement
-
-        _threads(threads)
-        main = _lazy_main(model, "connect4", simulations, search, seed)
-        agent = make_agent(agent_spec, "connect4", main, simulations, search, seed)
-        names = [f.strip() for f in files.split(",") if f.strip()]
-        results = solver_agreement(agent, names, limit=limit, data_dir=data_dir)
-        if as_json:
-            rows = [{"file": r.file, "positions": r.positions, "agreed": r.agreed,
-                     "share": r.share} for r in results]
-            typer.echo(json.dumps({"agent": agent.name, "files": rows}, indent=2))
-            return
-        typer.echo(agreement_table(results, agent.name))
-
-    @app.command()
-    @_guarded
-    def play(
-        game: str = typer.Option("connect4", "--game"),
-        model: Path | None = model_opt,
-        simulations: int = typer.Option(400, "--simulations"),
-        first: str = typer.Option("human", "--first", help="who moves first: human or model"),
-        search: str = search_opt,
-        seed: int = typer.Option(0, "--seed"),
-    ) -> None:
-        """Play the model in the terminal: type a move, or `quit`."""
-        if first not in ("human", "model"):
-            raise ValueError(f"--first must be human or model, not {first!r}")
-        g = _game(game)
-        agent = _network_agent(model, game, simulations, search, seed)
-        human = 0 if first == "human" else 1
-        hint = _HINTS.get(game, "a move")
-        out = sys.stdout
-        out.write(f"you play {'first' if human == 0 else 'second'}"
-                  f"{' (X)' if human == 0 else ' (O)'} against {agent.name}; "
-                  f"type {hint}, or quit\n")
-        state = g.initial_state()
-        out.write(g.render(state) + "\n")
-        while not g.is_terminal(state):
-            if g.to_play(state) == human:
-                out.write(f"your move ({hint}, quit): ")
-                out.flush()
-                line = sys.stdin.readline()
-                if not line or line.strip().lower() in ("quit", "q", "exit", "resign"):
-                    out.write("\nbye\n" if not line else "bye\n")
-                    return
-                try:
-                    action = g.parse_move(state, line.strip())
-                except IllegalMove as err:
-                    out.write(f"illegal move: {err}; try again\n")
-                    continue
-            else:
-                action = agent.act(g, state)
-                out.write(f"model plays {g.format_move(state, action)}\n")
-            state = g.apply(state, action)
-            out.write(g.render(state) + "\n")
-        z = g.outcome(state)
-        z = z if human == 0 else -z
-        out.write("you win\n" if z > 0 else "the model wins\n" if z < 0 else "draw\n")
-
-    @app.command()
-    @_guarded
-    def move(
-        moves: str = typer.Option(..., "--moves",
-                                  help="the moves played so far (connect4: 4453), or - for stdin"),
-        game: str = typer.Option("connect4", "--game"),
-        model: Path | None = model_opt,
-        simulations: int = typer.Option(400, "--simulations"),
-        search: str = search_opt,
-        seed: int = typer.Option(0, "--seed"),
-        threads: int | None = typer.Option(None, "--threads"),
-    ) -> None:
-        """Print the model's move for a position (one line, nothing else on stdout)."""
-        _threads(threads)
-        g = _game(game)
-        agent = _network_agent(model, game, simulations, search, seed)
-        out = sys.stdout
-        if moves != "-":
-            state = parse_position(g, moves)
-            out.write(g.format_move(state, agent.act(g, state)) + "\n")
-            return
-        bad = 0
-        for number, line in enumerate(iter(sys.stdin.readline, ""), start=1):
-            try:
-                state = parse_position(g, line)
-                answer = g.format_move(state, agent.act(g, state))
-            except IllegalMove as err:
-                bad += 1
-                answer = ""
-                sys.stderr.write(f"error: line {number}: {err}\n")
-                sys.stderr.flush()
-            out.write(answer + "\n")
-            out.flush()
-        if bad:
-            raise typer.Exit(2)
-
-    @app.command()
-    @_guarded
-    def gtp(
-        game: str = typer.Option("go", "--game"),
-        model: Path | None = typer.Option(None, "--model", help="a Go model (default: a fresh "
-                                          "tiny network, for testing controllers)"),
-        simulations: int = typer.Option(200, "--simulations"),
-        size: int = typer.Option(9, "--size"),
-        komi: float = typer.Option(7.5, "--komi"),
-        seed: int = typer.Option(0, "--seed"),
-    ) -> None:
-        """Go Text Protocol on stdin/stdout, moves chosen by the network's search."""
-        if game != "go":
-            raise ValueError(f"gtp plays go, not {game!r}")
-        engine = _gtp_engine(model, simulations, size, komi, seed)
-        engine.run(sys.stdin, sys.stdout)
+    for name, command in COMMANDS.items():
+        app.command(name)(command)
 
 
-def _gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int):
-    """A GtpEngine whose move is `simulations` of search with a network (0: its raw policy)."""
+@dataclass
+class GtpPlayer:
+    """The GTP engine's move choice: per board size an Agent (the model's network, or a fresh
+    tiny one for testing controllers) with its play settings, `simulations` of search (0:
+    its raw policy) under the engine's current rules (the controller sets the komi)."""
+
+    agents: dict[int, Any]  # board size -> rlscale.zero.agent.Agent
+    simulations: int
+
+    def __call__(self, game: Any, state: Any) -> int:
+        return self.agents[game.size].choose_move(game, state, self.simulations)
+
+
+def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int):
+    """A GtpEngine whose move is `simulations` of the model's search with its saved play
+    settings (`play_mcts`); without a model, a fresh tiny network per board size."""
     import torch
 
+    from rlscale.zero.agent import Agent, model_folder, play_settings
     from rlscale.zero.config import MCTSConfig, NetworkConfig
     from rlscale.zero.games.go import Go
     from rlscale.zero.gtp import GtpEngine
-    from rlscale.zero.mcts import search_states
-    from rlscale.zero.network import PolicyValueNet, load_network, network_for, read_meta
+    from rlscale.zero.network import load_network, network_for, read_meta
 
     check_simulations(simulations)
     if not np.isfinite(komi) or abs(komi) > 1000:
         raise ValueError(f"--komi must be a finite number of points, got {komi}")
-    rng = np.random.default_rng(seed)
-    nets: dict[int, PolicyValueNet] = {}
+    budget = max(simulations, 1)
+    player = GtpPlayer({}, simulations)
     game_kwargs: dict[str, Any] = {}
-    mcts = MCTSConfig(simulations=max(simulations, 1))
     if model is not None:
         # The network loader's own game check compares every game keyword (komi included),
         # but a GTP controller sets komi itself: compare the game and the board size here.
-        meta = read_meta(model)
+        folder = model_folder(model)
+        meta = read_meta(folder)
         model_size = int(meta.game_kwargs.get("size", 9))
         if meta.game != "go":
             raise ValueError(f"checkpoint {model} is for {meta.describe_game()}, not for go")
         if model_size != size:
             raise ValueError(f"checkpoint {model} is for a {model_size}x{model_size} go board, "
                              f"not {size}x{size}")
-        net, _ = load_network(model)
-        nets[size] = net
+        net, _ = load_network(folder)
         game_kwargs = {k: v for k, v in meta.game_kwargs.items() if k not in ("size", "komi")}
-        settings = dict(meta.extra.get("mcts", {}))
-        settings["simulations"] = max(simulations, 1)
-        mcts = MCTSConfig(**settings)
+        game = Go(size=size, komi=komi, **game_kwargs)
+        player.agents[size] = Agent(game, net, play_settings(meta.extra, simulations=budget),
+                                    seed=seed)
     Go(size=size, komi=komi, **game_kwargs)  # an unknown size fails here, as one line
 
     def factory(size: int, komi: float) -> Go:
-        if model is not None and size not in nets:
-            raise ValueError(f"the model plays {next(iter(nets))}x{next(iter(nets))} only")
+        if model is not None and size not in player.agents:
+            only = next(iter(player.agents))
+            raise ValueError(f"the model plays {only}x{only} only")
         game = Go(size=size, komi=komi, **game_kwargs)
-        if size not in nets:
+        if size not in player.agents:
             torch.manual_seed(seed)
-            nets[size] = network_for(game, NetworkConfig()).eval()
+            net = network_for(game, NetworkConfig()).eval()
+            player.agents[size] = Agent(game, net, MCTSConfig(simulations=budget), seed=seed)
         return game
 
-    def choose_move(game: Go, state: Any) -> int:
-        net = nets[game.size]
-        if simulations == 0:
-            prior, _ = net.evaluate(game.planes(state)[None])
-            return int(np.argmax(np.where(game.legal_mask(state), prior[0], -1.0)))
-        result = search_states(game, [state], net.evaluate, mcts, rng, simulations=simulations)
-        return int(result.chosen[0])
-
-    return GtpEngine(factory, choose_move, size=size, komi=komi)
+    return GtpEngine(factory, player, size=size, komi=komi)

@@ -66,7 +66,8 @@ def _fail(err: BaseException, status: int) -> None:
 
 
 def _register_arena_commands() -> None:
-    # arena | compute-curve | solver-agreement | play | move | gtp live in arena_cli.py.
+    # arena | compute-curve | solver-agreement | play | move | gtp | elo-curve live in
+    # arena_cli.py.
     from rlscale.zero.arena_cli import register
 
     register(app)

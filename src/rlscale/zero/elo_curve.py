@@ -1,0 +1,320 @@
+"""Elo during training: a run's checkpoints against each other and fixed anchors.
+
+Players. Every checkpoint of the run (`checkpoints/step_NNNNNN/`, and `final/` when it is
+later than the last checkpoint), each as its network with `simulations` of its saved play
+search, and the anchors (`random`, `mcts:N`, ...: agents that do not change).
+
+Schedule (`schedule`). Each checkpoint plays every anchor and its next `neighbours`
+checkpoints; the anchors play each other. Every pairing is a `play_match` of `games` games
+(pairs of games sharing a random opening, colours swapped).
+
+Ratings (`fit_ratings`). Bradley-Terry by maximum likelihood over all the matches jointly:
+P(i beats j) = 1 / (1 + 10^((R_j - R_i) / 400)), a draw counted as half a win and half a
+loss, the first anchor (`random` by default) fixed at 0. A pairing one side won every game
+of has no finite maximum, so every pairing also counts `prior_draws` virtual draws (1 by
+default; the prior BayesElo uses): a 100% score gives a large but finite gap with a wide
+interval. Intervals: rating +- z * standard error, the standard errors from the inverse of
+the Fisher information (the Hessian of the log-likelihood at the fit) with the anchor fixed:
+each interval is relative to the anchor.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlscale.zero.arena import Agent, MatchResult, normal_quantile, play_match
+
+_ELO = 400.0 / math.log(10.0)  # Elo per natural-log unit of odds
+
+
+@dataclass(frozen=True)
+class Rating:
+    name: str
+    elo: float
+    low: float  # the interval at the fit's confidence (0.95 by default)
+    high: float
+    games: int  # real games played (virtual draws not counted)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One saved network of a run, with where it stands in training."""
+
+    name: str  # "iter 40"
+    path: Path
+    iteration: int
+    selfplay_games: int | None  # self-play games played before it was saved
+
+
+def fit_ratings(
+    results: Sequence[MatchResult],
+    anchor: str,
+    confidence: float = 0.95,
+    prior_draws: float = 1.0,
+) -> dict[str, Rating]:
+    """Bradley-Terry Elo of every player in `results` (by their agent names), `anchor` at 0,
+    by Newton's method on the log-likelihood (see the module docstring)."""
+    names = sorted({r.agent_a for r in results} | {r.agent_b for r in results})
+    if anchor not in names:
+        raise ValueError(f"the anchor {anchor!r} plays in none of the matches")
+    index = {name: i for i, name in enumerate(names)}
+    k = len(names)
+    n = np.zeros((k, k))  # games between i and j, virtual draws included
+    w = np.zeros((k, k))  # i's score against j (wins + draws / 2)
+    played = np.zeros(k, np.int64)
+    for r in results:
+        i, j = index[r.agent_a], index[r.agent_b]
+        if i == j:
+            raise ValueError(f"{r.agent_a!r} is paired with itself")
+        games = r.wins + r.draws + r.losses
+        score = r.wins + 0.5 * r.draws + 0.5 * prior_draws
+        n[i, j] += games + prior_draws
+        n[j, i] += games + prior_draws
+        w[i, j] += score
+        w[j, i] += games + prior_draws - score
+        played[[i, j]] += games
+    apart = sorted(set(names) - _connected(n > 0, index[anchor], names))
+    if apart:
+        raise ValueError(f"no chain of matches links {apart[0]!r} to the anchor {anchor!r}")
+    free = np.array([i for i in range(k) if names[i] != anchor], np.int64)
+    x = np.zeros(k)  # ratings in natural-log odds units
+    for _ in range(500):
+        p = 1.0 / (1.0 + np.exp(x[None, :] - x[:, None]))  # p[i, j] = P(i beats j)
+        grad = (w - n * p).sum(1)[free]
+        info = n * p * (1.0 - p)
+        hessian = (np.diag(info.sum(1)) - info)[np.ix_(free, free)]  # minus the Hessian
+        step = np.linalg.solve(hessian, grad)
+        x[free] += np.clip(step, -2.0, 2.0)  # damped: at most ~350 Elo a step
+        if np.abs(step).max() < 1e-9:
+            break
+    se = np.zeros(k)
+    se[free] = np.sqrt(np.diag(np.linalg.inv(hessian)))
+    z = normal_quantile(confidence)
+    return {
+        name: Rating(name, float(_ELO * x[i]), float(_ELO * (x[i] - z * se[i])),
+                     float(_ELO * (x[i] + z * se[i])), int(played[i]))
+        for name, i in index.items()
+    }
+
+
+def _connected(linked: np.ndarray, start: int, names: list[str]) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        i = todo.pop()
+        for j in np.flatnonzero(linked[i]):
+            if int(j) not in seen:
+                seen.add(int(j))
+                todo.append(int(j))
+    return {names[i] for i in seen}
+
+
+def schedule(checkpoints: Sequence[str], anchors: Sequence[str],
+             neighbours: int = 2) -> list[tuple[str, str]]:
+    """The pairings: the anchors with each other, each checkpoint with every anchor and with
+    its next `neighbours` checkpoints (all of them when `neighbours` >= their number)."""
+    pairs = [(a, b) for i, a in enumerate(anchors) for b in anchors[i + 1:]]
+    for i, name in enumerate(checkpoints):
+        pairs += [(name, anchor) for anchor in anchors]
+        pairs += [(name, later) for later in checkpoints[i + 1: i + 1 + neighbours]]
+    return pairs
+
+
+def find_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
+    """The run's saved networks, oldest first: every `checkpoints/step_*` and `final/` when
+    it is later than the last of them. Raises a one-line error when there are none."""
+    from rlscale.runtime.checkpoint import checkpoint_step, list_checkpoints
+    from rlscale.zero.network import read_meta
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"no run directory at {run_dir}")
+    games_at = _selfplay_games_by_iteration(run_dir / "metrics.jsonl")
+    found: list[Checkpoint] = []
+    paths = [p for p in list_checkpoints(run_dir) if (p / "model.json").is_file()]
+    if (run_dir / "final" / "model.json").is_file():
+        paths.append(run_dir / "final")
+    for path in paths:
+        counters = read_meta(path).extra.get("counters", {})
+        if "iteration" in counters:
+            iteration = int(counters["iteration"])
+        elif path.name != "final":
+            iteration = checkpoint_step(path)
+        else:
+            iteration = max((c.iteration for c in found), default=0) + 1
+        if found and iteration <= found[-1].iteration:  # final/ = the last checkpoint
+            continue
+        games = counters.get("games", games_at.get(iteration))
+        found.append(Checkpoint(f"iter {iteration}", path, iteration,
+                                None if games is None else int(games)))
+    if not found:
+        raise ValueError(f"no checkpoints in {run_dir} (checkpoints/step_*/model.json or "
+                         "final/model.json)")
+    return found
+
+
+def _selfplay_games_by_iteration(metrics: Path) -> dict[int, int]:
+    out: dict[int, int] = {}
+    if not metrics.is_file():
+        return out
+    for line in metrics.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed run
+        if "step" in row and "counters/games" in row:
+            out[int(row["step"])] = int(row["counters/games"])
+    return out
+
+
+@dataclass
+class EloCurve:
+    run_dir: str
+    anchor: str  # the player fixed at 0
+    anchors: list[str]
+    checkpoints: list[Checkpoint]
+    results: list[MatchResult]
+    ratings: dict[str, Rating]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per player: checkpoints in training order, then the anchors."""
+        rows = []
+        for c in self.checkpoints:
+            r = self.ratings[c.name]
+            rows.append({"player": c.name, "kind": "checkpoint", "iteration": c.iteration,
+                         "selfplay_games": c.selfplay_games, "elo": r.elo, "low": r.low,
+                         "high": r.high, "games": r.games, "path": _relative(c.path, self.run_dir)})
+        for name in self.anchors:
+            r = self.ratings[name]
+            rows.append({"player": name, "kind": "anchor", "iteration": None,
+                         "selfplay_games": None, "elo": r.elo, "low": r.low, "high": r.high,
+                         "games": r.games, "path": None})
+        return rows
+
+    def as_dict(self) -> dict[str, Any]:
+        matches = [{"a": r.agent_a, "b": r.agent_b, "wins": r.wins, "draws": r.draws,
+                    "losses": r.losses, "score": r.score, "seconds": round(r.seconds, 2)}
+                   for r in self.results]
+        return {"run_dir": self.run_dir, "anchor": self.anchor, "settings": self.settings,
+                "players": [_rounded(row) for row in self.rows()], "matches": matches}
+
+
+def _relative(path: Path, run_dir: str) -> str:
+    try:
+        return str(path.relative_to(run_dir))
+    except ValueError:
+        return str(path)
+
+
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def elo_curve(
+    checkpoints: Sequence[Checkpoint],
+    load_checkpoint: Callable[[Checkpoint], Agent],
+    anchors: dict[str, Agent],
+    games: int,
+    seed: int = 0,
+    neighbours: int = 2,
+    opening_plies: int = 2,
+    run_dir: str | Path = "",
+    on_match: Callable[[MatchResult], None] | None = None,
+) -> EloCurve:
+    """Play the schedule of `checkpoints` (as agents from `load_checkpoint`) and `anchors`
+    (by name; the first is fixed at 0), pairing k with seed `seed + k`; fit the ratings."""
+    if games < 1:
+        raise ValueError(f"--games must be at least 1, got {games}")
+    if neighbours < 0:
+        raise ValueError(f"--neighbours must be at least 0, got {neighbours}")
+    if not anchors:
+        raise ValueError("at least one anchor is needed (e.g. random)")
+    if not checkpoints:
+        raise ValueError("no checkpoints to rate")
+    players: dict[str, Agent] = dict(anchors)
+    for c in checkpoints:
+        players[c.name] = load_checkpoint(c)
+    game = players[checkpoints[0].name].game
+    results = []
+    pairs = schedule([c.name for c in checkpoints], list(anchors), neighbours)
+    for number, (a, b) in enumerate(pairs):
+        result = play_match(game, players[a], players[b], games, seed=seed + number,
+                            opening_plies=opening_plies)
+        result.agent_a, result.agent_b = a, b  # the players' names, whatever their agents say
+        results.append(result)
+        if on_match is not None:
+            on_match(result)
+    anchor = next(iter(anchors))
+    return EloCurve(str(run_dir), anchor, list(anchors), list(checkpoints), results,
+                    fit_ratings(results, anchor),
+                    {"games_per_pairing": games, "seed": seed, "neighbours": neighbours,
+                     "opening_plies": opening_plies})
+
+
+def elo_table(curve: EloCurve) -> str:
+    lines = [f"| player | iteration | self-play games | Elo (95% CI, {curve.anchor} = 0) | games |",
+             "| --- | ---: | ---: | --- | ---: |"]
+    for row in curve.rows():
+        it = "" if row["iteration"] is None else str(row["iteration"])
+        sp = "" if row["selfplay_games"] is None else f"{row['selfplay_games']:,}"
+        lines.append(f"| {row['player']} | {it} | {sp} | {row['elo']:+.0f} "
+                     f"[{row['low']:+.0f}, {row['high']:+.0f}] | {row['games']} |")
+    return "\n".join(lines)
+
+
+def write_elo_curve(curve: EloCurve, out: str | Path) -> list[Path]:
+    """`elo_curve.md` (table), `elo_curve.json` (players, matches, settings),
+    `elo_curve.csv` (one row per player) and `elo_curve.png` into the folder `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "elo_curve.md", out / "elo_curve.json", out / "elo_curve.csv"]
+    paths[0].write_text(elo_table(curve) + "\n")
+    paths[1].write_text(json.dumps(curve.as_dict(), indent=2) + "\n")
+    rows = [_rounded(row) for row in curve.rows()]
+    with open(paths[2], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return paths + [plot_elo_curve(curve, out / "elo_curve.png")]
+
+
+def plot_elo_curve(curve: EloCurve, out: str | Path, title: str = "") -> Path:
+    """Two panels, Elo against iteration and against self-play games, with the intervals;
+    the anchors as horizontal lines with their bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlscale.runtime.figures import save_figure
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, key, label in ((axes[0], "iteration", "iteration"),
+                           (axes[1], "selfplay_games", "self-play games")):
+        points = [(getattr(c, key), curve.ratings[c.name]) for c in curve.checkpoints
+                  if getattr(c, key) is not None]
+        if points:
+            xs = [x for x, _ in points]
+            ys = [r.elo for _, r in points]
+            err = [[r.elo - r.low for _, r in points], [r.high - r.elo for _, r in points]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="checkpoints (95% CI)")
+        for i, name in enumerate(curve.anchors):
+            r = curve.ratings[name]
+            colour = f"C{i + 1}"
+            ax.axhline(r.elo, color=colour, ls="--", lw=1, label=name)
+            if name != curve.anchor:
+                ax.axhspan(r.low, r.high, color=colour, alpha=0.12)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"Elo ({curve.anchor} = 0)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title or f"Elo during training: {Path(curve.run_dir).name}")
+    return save_figure(fig, out)
