@@ -58,6 +58,13 @@ def test_false_resignations_and_the_tuned_threshold():
     assert false_resignations(games, -0.5, 0) == (0, 20)
     assert false_resignations(games, -0.4, 0) == (2, 22)  # 9% false
     assert false_resignations(games, 0.01, 0) == (12, 32)  # every draw too
+    # the counts at every threshold at once agree with the one-game rule
+    for t in np.linspace(-1.0, 0.1, 23):
+        by_rule = [first_resignation(g, t, 1) for g in games]
+        would = sum(p is not None for p in by_rule)
+        false = sum(is_false_resignation(g, p) for g, p in zip(games, by_rule, strict=True)
+                    if p is not None)
+        assert false_resignations(games, t, 1) == (false, would)
     # Under 5%: the comebacks must not resign, so the most aggressive threshold is -0.45
     # (resign when the value is *below* it); 10% tolerates them but not the draws (-0.05);
     # 50% the draws too.

@@ -55,17 +55,36 @@ def is_false_resignation(game: PlayedOut, player: int) -> bool:
     return (game.outcome if player == 0 else -game.outcome) >= 0
 
 
+def resignation_counts(games: Sequence[PlayedOut], thresholds: Sequence[float] | np.ndarray,
+                       min_moves: int) -> tuple[np.ndarray, np.ndarray]:
+    """(false, would) per threshold: of `games`, how many someone would have resigned, and
+    how many of those resignations would have been false. `first_resignation` for every
+    threshold at once: the first ply whose value is below t is the first at which the
+    running minimum of the values is."""
+    thresholds = np.asarray(thresholds, np.float64)
+    false = np.zeros(len(thresholds), np.int64)
+    would = np.zeros(len(thresholds), np.int64)
+    for game in games:
+        eligible = game.plies >= min_moves
+        values, players = game.values[eligible], game.players[eligible]
+        if not len(values):
+            continue
+        lowest = np.minimum.accumulate(values)
+        # -lowest is non-decreasing: the first index with lowest < t, i.e. -lowest > -t
+        first = np.searchsorted(-lowest, -thresholds, side="right")
+        hit = first < len(values)
+        resigner = players[np.minimum(first, len(values) - 1)]
+        loser_view = np.where(resigner == 0, game.outcome, -game.outcome)
+        would += hit
+        false += hit & (loser_view >= 0)
+    return false, would
+
+
 def false_resignations(games: Sequence[PlayedOut], threshold: float,
                        min_moves: int) -> tuple[int, int]:
-    """(false, would): of `games`, how many someone would have resigned at `threshold`, and
-    how many of those resignations would have been false."""
-    false = would = 0
-    for game in games:
-        player = first_resignation(game, threshold, min_moves)
-        if player is not None:
-            would += 1
-            false += is_false_resignation(game, player)
-    return false, would
+    """(false, would) at one threshold."""
+    false, would = resignation_counts(games, [threshold], min_moves)
+    return int(false[0]), int(would[0])
 
 
 def tune_threshold(games: Sequence[PlayedOut], *, target: float, min_moves: int,
@@ -73,9 +92,6 @@ def tune_threshold(games: Sequence[PlayedOut], *, target: float, min_moves: int,
     """The most aggressive threshold of `grid` whose false-resignation rate over `games` is
     at most `target`, estimated from at least `min_games` would-be resignations; None when no
     threshold has that much evidence (the caller keeps its current one)."""
-    best = None
-    for threshold in grid:
-        false, would = false_resignations(games, float(threshold), min_moves)
-        if would >= min_games and false <= target * would:
-            best = float(threshold)
-    return best
+    false, would = resignation_counts(games, grid, min_moves)
+    ok = (would >= min_games) & (false <= target * would)
+    return float(np.asarray(grid)[ok].max()) if ok.any() else None
