@@ -1,13 +1,17 @@
 """Continuous batching vs static batching vs HF `generate` on a long-tailed length mix.
 
-    .venv/bin/python benchmarks/engine.py [--requests 256] [--slots 32] [--repeats 3]
+    .venv/bin/python benchmarks/engine.py [--requests 256] [--slots 32] [--repeats 3] [--clock cpu]
 
 Same model, same prompts, same run; response lengths drawn log-normal (median 24, sigma 1)
 clipped to [4, 256] with EOS ignored, so every request generates exactly its length and all
 three produce the same number of useful tokens. Static batching (our KV-cached sampler and
 HF `generate`) runs batches of `slots` requests until the longest finishes; the engine
 refills a slot as soon as it frees. Prints tokens/s (useful tokens over wall time), slot
-utilisation and the ratios, for each model size; interleaved repeats, median reported.
+utilisation and the ratios, for each model size; interleaved repeats, median reported. The
+static sampler runs twice: with its decode steps (`rollout/decoder.py`, the default) and on
+the model's own forward (`fast_decode=False`), which shows what the decode steps buy.
+`--clock cpu` times each runner by the process's CPU time instead of the wall clock: with one
+thread, a fairer measure on a machine that other jobs share.
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ def build_model(size: str):
     return LlamaForCausalLM(cfg).eval()
 
 
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+now = time.perf_counter
+
+
 def run_engine(model, tokenizer, work, slots: int) -> tuple[float, float]:
     engine = ContinuousBatchingEngine(model, EngineSampling(1.0, 1.0, ignore_eos=True),
                                       slots=slots, eos_token_id=tokenizer.eos_token_id,
@@ -62,9 +70,9 @@ def run_engine(model, tokenizer, work, slots: int) -> tuple[float, float]:
     for i, (prompt, length) in enumerate(work):
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         engine.add_request(GenerationRequest(i, tuple(ids), length))
-    t0 = time.perf_counter()
+    t0 = now()
     done = engine.run()
-    seconds = time.perf_counter() - t0
+    seconds = now() - t0
     assert sum(len(c) for c in done) == sum(n for _, n in work)
     return seconds, engine.stats.slot_utilisation
 
@@ -74,23 +82,29 @@ def static_batches(work, slots: int):
         yield work[start:start + slots]
 
 
-def run_static_sampler(model, tokenizer, work, slots: int) -> tuple[float, float]:
+def run_static_sampler(model, tokenizer, work, slots: int,
+                       fast_decode: bool = True) -> tuple[float, float]:
     generator = torch.Generator().manual_seed(0)
     busy = steps = 0
-    t0 = time.perf_counter()
+    t0 = now()
     for batch in static_batches(work, slots):
         ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in batch]
         longest = max(n for _, n in batch)
         generate(model, ids, SamplingParams(longest, 1.0, 1.0), eos_token_id=-1,
-                 pad_token_id=tokenizer.pad_token_id, generator=generator)
+                 pad_token_id=tokenizer.pad_token_id, generator=generator,
+                 fast_decode=fast_decode)
         busy += sum(n for _, n in batch)
         steps += longest * slots
-    return time.perf_counter() - t0, busy / steps
+    return now() - t0, busy / steps
+
+
+def run_static_model_forward(model, tokenizer, work, slots: int) -> tuple[float, float]:
+    return run_static_sampler(model, tokenizer, work, slots, fast_decode=False)
 
 
 def run_hf_generate(model, tokenizer, work, slots: int) -> tuple[float, float]:
     torch.manual_seed(0)
-    t0 = time.perf_counter()
+    t0 = now()
     busy = steps = 0
     for batch in static_batches(work, slots):
         enc = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in batch]
@@ -104,7 +118,7 @@ def run_hf_generate(model, tokenizer, work, slots: int) -> tuple[float, float]:
                            pad_token_id=tokenizer.pad_token_id)
         busy += sum(n for _, n in batch)
         steps += longest * slots
-    return time.perf_counter() - t0, busy / steps
+    return now() - t0, busy / steps
 
 
 def main() -> None:
@@ -114,7 +128,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", default="tiny,small")
+    parser.add_argument("--clock", choices=list(CLOCK), default="wall")
     args = parser.parse_args()
+    global now
+    now = CLOCK[args.clock]
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
@@ -126,8 +143,9 @@ def main() -> None:
     print(f"workload: {len(work)} requests, {total} tokens, lengths median "
           f"{statistics.median(lengths):.0f} mean {statistics.mean(lengths):.1f} max "
           f"{max(lengths)}; slots = batch = {args.slots}; {args.threads} thread(s); "
-          f"median of {args.repeats} interleaved repeats")
+          f"median of {args.repeats} interleaved repeats; {args.clock} clock")
     runners = {"engine (continuous)": run_engine, "static sampler": run_static_sampler,
+               "static sampler, model forward": run_static_model_forward,
                "HF generate": run_hf_generate}
     print("\n| model | runner | tokens/s | slot utilisation | vs HF generate |")
     print("| --- | --- | ---: | ---: | ---: |")

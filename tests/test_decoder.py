@@ -13,7 +13,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from rlscale.rlvr.rollout.decoder import DecoderWeights, StaticKVCache, decode_step
+from rlscale.rlvr.rollout.decoder import DecoderWeights, decode_step
+from rlscale.rlvr.rollout.kv_cache import KVCache
 from rlscale.rlvr.rollout.sampler import SamplingParams, cached_forward, generate
 
 SHAPE = dict(vocab_size=48, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -72,8 +73,7 @@ def test_decode_steps_equal_the_full_forward(family):
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     _, hf_cache = cached_forward(model, None, input_ids=ids, attention_mask=attention,
                                  position_ids=positions)
-    cache = StaticKVCache(weights, len(PROMPTS), ids.shape[1] + 6, torch.device("cpu"))
-    cache.load_prefill(hf_cache, attention)
+    cache = KVCache.from_prefill(hf_cache, attention, ids.shape[1] + 6)
     fed = [list(p) for p in PROMPTS]
     next_positions = positions[:, -1] + 1
     for step in range(6):
@@ -94,8 +94,7 @@ def test_dropping_rows_leaves_the_others_unchanged():
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     _, hf_cache = cached_forward(model, None, input_ids=ids, attention_mask=attention,
                                  position_ids=positions)
-    cache = StaticKVCache(weights, len(PROMPTS), ids.shape[1] + 2, torch.device("cpu"))
-    cache.load_prefill(hf_cache, attention)
+    cache = KVCache.from_prefill(hf_cache, attention, ids.shape[1] + 2)
     tokens, next_positions = torch.tensor([4, 5, 6, 7]), positions[:, -1] + 1
     decode_step(weights, cache, tokens, next_positions)
     keep = torch.tensor([1, 3])

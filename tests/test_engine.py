@@ -143,3 +143,48 @@ def test_bad_requests_are_refused(lm):
         engine.add_request(GenerationRequest(0, (1, 2), 0))
     with pytest.raises(ValueError, match="empty prompt"):
         engine.add_request(GenerationRequest(1, (), 4))
+
+
+def test_a_model_the_decoder_does_not_support_runs_on_its_own_forward():
+    """GPT-2 goes through the model's forward over the same cache: mu still matches."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from rlscale.rlvr.rollout.decoder import DecoderWeights
+
+    torch.manual_seed(0)
+    _, tokenizer = build_tiny_model("tiny", seed=1)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32,
+                                      n_layer=2, n_head=2)).eval()
+    assert DecoderWeights.from_model(gpt2) is None
+    engine = make_engine((gpt2, tokenizer), EngineSampling(1.0, 1.0), slots=3, seed=2)
+    ids = encode(tokenizer)
+    for i, p in enumerate(ids):
+        engine.add_request(GenerationRequest(i, p, 9))
+    done = engine.run()
+    assert len(done) == len(ids)
+    for c in done:
+        expected = sampled_logprobs(gpt2, ids[c.request_id], c.token_ids, 1.0, 1.0)
+        assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_kv_cache_window_moves_and_grows_without_losing_columns():
+    from rlscale.rlvr.rollout.kv_cache import KVCache
+
+    cache = KVCache(layers=1, rows=2, kv_heads=1, head_dim=1, capacity=3,
+                    dtype=torch.float32, device=torch.device("cpu"))
+    for value in range(1, 6):  # past the capacity: the buffer grows
+        column = cache.append_column()
+        cache.keys[0, :, 0, column, 0] = value
+    assert cache.width == 5 and cache.capacity >= 5
+    assert cache.layer_window(0)[0][:, 0, :, 0].tolist() == [[1, 2, 3, 4, 5]] * 2
+    pad = cache.start + 2  # more than the room on the left: reallocated
+    cache.pad_left(pad)
+    assert cache.width == 5 + pad
+    assert cache.attention_mask().tolist() == [[0] * pad + [1] * 5] * 2
+    assert cache.layer_window(0)[0][0, 0, pad:, 0].tolist() == [1, 2, 3, 4, 5]
+    cache.bias[0, 0, 0, cache.start + pad] = float("-inf")  # row 0 leaves its first column
+    cache.trim_left()
+    assert cache.width == 5
+    cache.bias[:, 0, 0, cache.start] = float("-inf")
+    cache.trim_left()
+    assert cache.width == 4 and cache.layer_window(0)[0][1, 0, :, 0].tolist() == [2, 3, 4, 5]

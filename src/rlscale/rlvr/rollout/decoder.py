@@ -6,7 +6,8 @@ Hugging Face forward builds a mask, dispatches the attention interface, grows a
 under autocast and wraps outputs in records, on every token. Here one step is the same math
 over weights prepared once per `generate` call: q, k, v (and gate, up) fused into one matmul
 each, cast once to the compute dtype, keys and values written into a cache preallocated to
-the final length, attention as two batched matmuls against the filled part of it.
+the final length (`kv_cache.KVCache`), attention as two batched matmuls against its live
+columns.
 
 Written by hand because no maintained library does this for a CPU: vLLM's CPU build and
 SGLang need their own environments (vLLM pins transformers < 5.20), and transformers'
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .kv_cache import KVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -155,48 +158,19 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class StaticKVCache:
-    """Keys and values of a batch of rows, preallocated to `width` columns; every row writes
-    column `length` at each step (the rows are left-padded to a common prompt width)."""
-
-    def __init__(self, weights: DecoderWeights, batch: int, width: int,
-                 device: torch.device) -> None:
-        shape = (len(weights.layers), batch, weights.kv_heads, width, weights.head_dim)
-        self.keys = torch.zeros(shape, dtype=weights.dtype, device=device)
-        self.values = torch.zeros(shape, dtype=weights.dtype, device=device)
-        # Additive attention bias: 0 where a row attends, -inf on its padding and the future.
-        self.bias = torch.full((batch, 1, 1, width), float("-inf"), dtype=weights.dtype,
-                               device=device)
-        self.length = 0
-
-    def load_prefill(self, hf_cache, attention: torch.Tensor) -> None:
-        """Copy a prefill's `DynamicCache` ([B, Hk, P, d] per layer) and its padding mask."""
-        width = attention.shape[1]
-        for i, layer in enumerate(hf_cache.layers):
-            self.keys[i, :, :, :width] = layer.keys
-            self.values[i, :, :, :width] = layer.values
-        self.bias[:, 0, 0, :width].masked_fill_(attention.bool(), 0.0)
-        self.length = width
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Drop every row not in `rows` (finished ones), so later steps skip them."""
-        self.keys, self.values = self.keys[:, rows], self.values[:, rows]
-        self.bias = self.bias[rows]
-
-
-def decode_step(weights: DecoderWeights, cache: StaticKVCache, tokens: torch.Tensor,
+def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """Feed one token per row (`tokens`, `positions`: [B]); return the next-token logits
-    [B, V] in float32. Writes the tokens' keys and values at column `cache.length`."""
+    [B, V] in float32. The tokens' keys and values go into a new column of `cache`."""
     batch = tokens.shape[0]
-    w, t = weights, cache.length
+    w = weights
     q_dim, kv_dim = w.heads * w.head_dim, w.kv_heads * w.head_dim
     group = w.heads // w.kv_heads
     x = F.embedding(tokens, w.embed)                                   # [B, D]
     cos, sin = w.rotary(x[:, None], positions[:, None])                # [B, 1, d]
     cos, sin = cos.to(w.dtype), sin.to(w.dtype)
-    cache.bias[:, 0, 0, t] = 0.0
-    bias = cache.bias[..., : t + 1]
+    column = cache.append_column()
+    bias = cache.bias[..., cache.start:cache.end]
     for i, layer in enumerate(w.layers):
         qkv = F.linear(rms_norm(x, layer.attn_norm), layer.qkv, layer.qkv_bias)
         q = qkv[:, :q_dim].view(batch, w.heads, w.head_dim)
@@ -206,9 +180,9 @@ def decode_step(weights: DecoderWeights, cache: StaticKVCache, tokens: torch.Ten
             q, k = rms_norm(q, layer.q_norm), rms_norm(k, layer.k_norm)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        cache.keys[i, :, :, t] = k
-        cache.values[i, :, :, t] = v
-        keys, values = cache.keys[i, :, :, : t + 1], cache.values[i, :, :, : t + 1]
+        cache.keys[i, :, :, column] = k
+        cache.values[i, :, :, column] = v
+        keys, values = cache.layer_window(i)
         # Grouped-query attention without repeating keys: [B, Hk, group, d] x [B, Hk, d, T].
         scores = torch.matmul(q.view(batch, w.kv_heads, group, w.head_dim),
                               keys.transpose(-1, -2)) * w.scaling + bias
@@ -218,5 +192,4 @@ def decode_step(weights: DecoderWeights, cache: StaticKVCache, tokens: torch.Ten
         gate_up = F.linear(rms_norm(x, layer.mlp_norm), layer.gate_up, layer.gate_up_bias)
         hidden = F.silu(gate_up[:, : w.intermediate]) * gate_up[:, w.intermediate:]
         x = x + F.linear(hidden, layer.down, layer.down_bias)
-    cache.length = t + 1
     return F.linear(rms_norm(x, w.final_norm), w.lm_head).float()

@@ -12,9 +12,11 @@ Written by hand because the engines that do this (vLLM, SGLang, transformers'
 the distribution actually sampled from, and new weights between any two decode steps with
 the policy version of every token recorded.
 
-The cache layout: every row is right-aligned, its newest token at the last column, padding
-(masked) on the left. A refilled row overwrites its slot's columns; columns that no row
-uses any more are cut off the left. Positions are per row, so padding never shifts RoPE.
+The cache (`kv_cache.KVCache`, preallocated): every row is right-aligned, its newest token
+at the last column, padding (masked) on the left. A refilled row overwrites its slot's
+columns; columns that no row uses any more are cut off the left. Positions are per row, so
+padding never shifts RoPE. Decode steps are the sampler's (`decoder.decode_step` on the
+Llama family, else the model's forward); the fused weights are rebuilt at `load_weights`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
-from .sampler import cached_forward, sample_next
+from .kv_cache import KVCache
+from .sampler import cached_forward, sample_next, step_function
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion
 
 
@@ -70,9 +72,9 @@ class ContinuousBatchingEngine:
         self.generator = torch.Generator().manual_seed(seed)
         self.waiting: collections.deque[GenerationRequest] = collections.deque()
         self.rows: list[_Row | None] = []          # one per batch row; None = a free slot
-        self.cache: DynamicCache | None = None
-        self.attention: torch.Tensor | None = None  # [rows, L] long
+        self.cache: KVCache | None = None
         self.positions: torch.Tensor | None = None  # [rows] position of the next fed token
+        self.cache_dtype, self._decode = step_function(self.model)
         self.stats = EngineStats()
 
     # -- the interface -------------------------------------------------------------------
@@ -100,6 +102,7 @@ class ContinuousBatchingEngine:
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
         self.model.load_state_dict(state_dict)
+        self.cache_dtype, self._decode = step_function(self.model)  # fuse the new weights
         self.version = version
         if self.recompute_cache_on_update and self.num_running:
             self._rebuild_cache()
@@ -109,18 +112,15 @@ class ContinuousBatchingEngine:
         finished = self._refill()
         if not self.num_running:
             return finished
-        pending = torch.tensor([[r.token_ids[-1] if r is not None else self.pad_token_id]
+        pending = torch.tensor([r.token_ids[-1] if r is not None else self.pad_token_id
                                 for r in self.rows], device=self.device)
-        self.attention = F.pad(self.attention, (0, 1), value=1)
-        logits, self.cache = cached_forward(self.model, self.cache, input_ids=pending,
-                                            attention_mask=self.attention,
-                                            position_ids=self.positions[:, None])
+        logits = self._decode(self.cache, pending, self.positions)
         self.positions = self.positions + 1
         live = self.num_running
         self.stats.decode_steps += 1
         self.stats.active_row_steps += live
         self.stats.slot_steps += self.slots
-        finished += self._append(range(len(self.rows)), logits[:, -1, :])
+        finished += self._append(range(len(self.rows)), logits)
         return finished
 
     def run(self) -> list[Completion]:
@@ -186,52 +186,25 @@ class ContinuousBatchingEngine:
                                        position_ids=positions)
         return cache, attention, logits[:, -1, :]
 
-    def _splice(self, slots: list[int], new_cache: DynamicCache, new_attention: torch.Tensor):
+    def _splice(self, slots: list[int], new_cache, new_attention: torch.Tensor) -> None:
         """Write prefilled rows into `slots` of the running batch (growing it as needed)."""
-        new_width = new_attention.shape[1]
         if self.cache is None:  # an empty batch: the free slots are 0..n-1, take it whole
-            self.cache, self.attention = new_cache, new_attention
+            self.cache = self._new_cache(new_cache, new_attention)
             self.rows = [None] * len(slots)
             self.positions = torch.zeros(len(slots), dtype=torch.long, device=self.device)
             return
-        width = self.attention.shape[1]
-        if new_width > width:  # a longer prompt: left-pad the running rows
-            self._pad_left(new_width - width)
-            width = new_width
         grow = max(slots) + 1 - len(self.rows)
         if grow > 0:
             self.rows += [None] * grow
-            self.attention = F.pad(self.attention, (0, 0, 0, grow))
             self.positions = F.pad(self.positions, (0, grow))
-            for layer in self.cache.layers:
-                layer.keys = F.pad(layer.keys, (0, 0, 0, 0, 0, 0, 0, grow))
-                layer.values = F.pad(layer.values, (0, 0, 0, 0, 0, 0, 0, grow))
-        index = torch.tensor(slots, device=self.device)
-        self.attention[index] = 0
-        self.attention[index, width - new_width:] = new_attention
-        for layer, new in zip(self.cache.layers, new_cache.layers, strict=True):
-            layer.keys[index] = 0
-            layer.values[index] = 0
-            layer.keys[index, :, width - new_width:] = new.keys
-            layer.values[index, :, width - new_width:] = new.values
-        self._trim()
+            self.cache.add_rows(grow)
+        self.cache.write_rows(torch.tensor(slots, device=self.device), new_cache, new_attention)
+        self.cache.trim_left()
 
-    def _pad_left(self, extra: int) -> None:
-        self.attention = F.pad(self.attention, (extra, 0))
-        for layer in self.cache.layers:
-            layer.keys = F.pad(layer.keys, (0, 0, extra, 0))
-            layer.values = F.pad(layer.values, (0, 0, extra, 0))
-
-    def _trim(self) -> None:
-        """Cut the left columns that no row attends to any more."""
-        used = self.attention.any(0).nonzero()
-        first = int(used[0]) if len(used) else self.attention.shape[1]
-        if first == 0:
-            return
-        self.attention = self.attention[:, first:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys[:, :, first:]
-            layer.values = layer.values[:, :, first:]
+    def _new_cache(self, hf_cache, attention: torch.Tensor) -> KVCache:
+        # Room for 64 decode steps; the cache doubles its buffer when the window reaches it.
+        return KVCache.from_prefill(hf_cache, attention, attention.shape[1] + 64,
+                                    self.cache_dtype)
 
     def _compact(self) -> None:
         """Drop free rows from the batch (nothing waits to take them)."""
@@ -241,19 +214,18 @@ class ContinuousBatchingEngine:
             return
         index = torch.tensor(keep, device=self.device)
         self.rows = [self.rows[i] for i in keep]
-        self.attention, self.positions = self.attention[index], self.positions[index]
-        for layer in self.cache.layers:
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
-        self._trim()
+        self.positions = self.positions[index]
+        self.cache.keep_rows(index)
+        self.cache.trim_left()
 
     def _rebuild_cache(self) -> None:
         """Recompute the running rows' keys and values with the current weights."""
         self._compact()
         rows = [r for r in self.rows if r is not None]
         cache, attention, _ = self._prefill([r.fed() for r in rows])
-        self.cache, self.attention = cache, attention
+        self.cache = self._new_cache(cache, attention)
         self.positions = torch.tensor([len(r.fed()) for r in rows], device=self.device)
 
     def _reset_batch(self) -> None:
-        self.rows, self.cache, self.attention, self.positions = [], None, None, None
+        self.rows, self.cache, self.positions = [], None, None
 

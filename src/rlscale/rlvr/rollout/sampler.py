@@ -8,15 +8,17 @@ from, after temperature and top-p truncation, so that pi_old/mu shows the trunca
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 import transformers
 from packaging.version import Version
+from transformers import DynamicCache
 
-from .decoder import DecoderWeights, StaticKVCache, decode_step
+from .decoder import DecoderWeights, decode_step
+from .kv_cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
              policy_version: int = 0, fast_decode: bool = True) -> Rollout:
     """Sample completions of `prompt_ids` (one batch, left-padded). The prefill is the
     model's forward; the decode steps run `decoder.decode_step` where the architecture is
-    supported (`fast_decode`), else the model's forward with its own cache. Rows that finish
-    leave the batch, so the later steps compute only the running ones."""
+    supported (`fast_decode`), else the model's forward; both over one preallocated
+    `KVCache`. Rows that finish leave the batch, so the later steps compute only the
+    running ones."""
     batch = len(prompt_ids)
     width = max(len(p) for p in prompt_ids)
     device = next(model.parameters()).device
@@ -109,27 +112,29 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     logits, hf_cache = cached_forward(model, None, input_ids=input_ids,
                                       attention_mask=attention, position_ids=positions)
     next_logits = logits[:, -1, :].float()
-    step_fn = _decode_steps(model, hf_cache, attention, width + params.max_new_tokens,
-                            fast_decode)
+    cache_dtype, step = step_function(model, fast_decode)
+    cache = KVCache.from_prefill(hf_cache, attention, width + params.max_new_tokens,
+                                 cache_dtype)
+    del hf_cache
     rows = torch.arange(batch)        # the batch rows still running, in the cache's order
     next_positions = positions[:, -1] + 1
-    for step in range(params.max_new_tokens):
+    for t in range(params.max_new_tokens):
         chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
                                           generator)
         live = rows[~finished[rows]]  # rows that finished since the last compaction idle
         drawn = ~finished[rows]
-        tokens[live, step] = chosen[drawn]
-        logprobs[live, step] = chosen_logp[drawn]
+        tokens[live, t] = chosen[drawn]
+        logprobs[live, t] = chosen_logp[drawn]
         lengths[live] += 1
         finished[live] |= chosen[drawn] == eos_token_id
-        if bool(finished.all()) or step == params.max_new_tokens - 1:
+        if bool(finished.all()) or t == params.max_new_tokens - 1:
             break
         running = ~finished[rows]
-        keep = None
         if int(running.sum()) <= 3 * len(rows) // 4:  # compact once a quarter has finished
             keep = running.nonzero().squeeze(-1)
             rows, chosen, next_positions = rows[keep], chosen[keep], next_positions[keep]
-        next_logits = step_fn(chosen.to(device), next_positions, keep)
+            cache.keep_rows(keep.to(device))
+        next_logits = step(cache, chosen.to(device), next_positions)
         next_positions = next_positions + 1
 
     width_out = max(int(lengths.max()), 1)
@@ -149,37 +154,39 @@ def _compute_dtype(model, device: torch.device) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
-def _decode_steps(model, hf_cache, attention: torch.Tensor, width: int, fast_decode: bool):
-    """A function (tokens [b], positions [b], keep [b] or None) -> next logits [b, V] in
-    float32 that feeds one token per running row; `keep` first drops finished rows."""
-    device = attention.device
+def forward_step(model, cache: KVCache, tokens: torch.Tensor,
+                 positions: torch.Tensor) -> torch.Tensor:
+    """`decoder.decode_step` through the model's own forward, for the models the decoder
+    does not support: the cache's window is handed to the model as a `DynamicCache`, and
+    the new column copied back."""
+    window = DynamicCache()
+    for i in range(cache.keys.shape[0]):
+        window.update(*cache.layer_window(i), i)
+    column = cache.append_column()
+    logits, window = cached_forward(model, window, input_ids=tokens[:, None],
+                                    attention_mask=cache.attention_mask(),
+                                    position_ids=positions[:, None])
+    for i, layer in enumerate(window.layers):
+        cache.keys[i, :, :, column] = layer.keys[:, :, -1]
+        cache.values[i, :, :, column] = layer.values[:, :, -1]
+    return logits[:, -1, :].float()
+
+
+def step_function(model, fast_decode: bool = True):
+    """(the KV cache dtype, a step (cache, tokens [b], positions [b]) -> next-token logits
+    [b, V] float32): `decoder.decode_step` over weights fused now where the architecture is
+    supported (so call again after the weights change), else the model's forward."""
+    device = next(model.parameters()).device
     weights = DecoderWeights.from_model(model, _compute_dtype(model, device)) if fast_decode \
         else None
-    if weights is not None:
-        cache = StaticKVCache(weights, attention.shape[0], width, device)
-        cache.load_prefill(hf_cache, attention)
-        del hf_cache
+    if weights is None:
+        return None, functools.partial(forward_step, model)
 
-        def fast(tokens, positions, keep):
-            if keep is not None:
-                cache.keep_rows(keep.to(device))
-            with torch.autocast(device.type, enabled=False):  # the weights are cast already
-                return decode_step(weights, cache, tokens, positions.to(device))
+    def fast(cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, enabled=False):  # the weights are cast already
+            return decode_step(weights, cache, tokens, positions)
 
-        return fast
-    state = {"cache": hf_cache, "attention": attention}
-
-    def slow(tokens, positions, keep):
-        if keep is not None:
-            state["cache"].batch_select_indices(keep.to(device))
-            state["attention"] = state["attention"][keep.to(device)]
-        state["attention"] = F.pad(state["attention"], (0, 1), value=1)
-        logits, state["cache"] = cached_forward(
-            model, state["cache"], input_ids=tokens[:, None],
-            attention_mask=state["attention"], position_ids=positions[:, None].to(device))
-        return logits[:, -1, :].float()
-
-    return slow
+    return weights.dtype, fast
 
 
 def decode_completions(tokenizer, rollout: Rollout) -> list[str]:
