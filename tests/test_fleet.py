@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the fleet tests need Ray (pip install 'rlscale[ray]')")
 
+from processes import alive, descendants  # noqa: E402
 from rlscale.config import load_config  # noqa: E402
 from rlscale.rlvr.config import RLVRConfig  # noqa: E402
 from rlscale.rlvr.loop import RLVRRun  # noqa: E402
@@ -29,31 +30,6 @@ def config(tmp_path: Path, model_dir: Path, mode: str, k: int, **extra) -> RLVRC
                  f"runtime.max_staleness={k}", "runtime.inference_workers=2",
                  *[f"{key}={value}" for key, value in extra.items()]]
     return load_config(RLVRConfig, None, overrides)
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid`, from /proc (no psutil dependency)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -16,6 +16,7 @@ import torch
 
 pytest.importorskip("ray", reason="the fleet tests need Ray (pip install 'rlscale[ray]')")
 
+from processes import alive, descendants  # noqa: E402
 from rlscale.config import ConfigError, load_config  # noqa: E402
 from rlscale.runtime.fleet import ray_session  # noqa: E402
 from rlscale.runtime.versions import QueueClosed, VersionedQueue  # noqa: E402
@@ -32,41 +33,18 @@ def _config(out: Path, *extra: str) -> ZeroConfig:
         "train.min_replay=32", "train.batch_size=32", "runtime.call_budget_s=0.05", *extra])
 
 
-def _descendants(pid: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One embedded cluster for the module (Ray starts in ~4 s); every process it started
     is gone after the shutdown."""
-    before = _descendants(os.getpid())
+    before = descendants(os.getpid())
     with ray_session(num_cpus=2) as ray:
         yield ray
-        started = _descendants(os.getpid()) - before
+        started = descendants(os.getpid()) - before
     deadline = time.time() + 20
-    while time.time() < deadline and any(_alive(p) for p in started):
+    while time.time() < deadline and any(alive(p) for p in started):
         time.sleep(0.2)
-    left = [p for p in started if _alive(p)]
+    left = [p for p in started if alive(p)]
     assert not left, f"processes left behind: {left}"
 
 

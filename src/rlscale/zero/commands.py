@@ -34,6 +34,7 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
 ) -> None:
     """Self-play, learn, checkpoint; `--resume` continues exactly where a run stopped."""
+    from rlscale.runtime.fleet import FleetError
     from rlscale.runtime.health import NonFiniteError
     from rlscale.runtime.trackers import check_trackers
     from rlscale.zero.config import ZeroConfig
@@ -50,6 +51,8 @@ def train(
         _fail(err, 2)  # a usage error, as in every other command
     except NonFiniteError as err:
         _fail(err, 1)  # the run itself diverged
+    except FleetError as err:
+        _fail(err, 1)  # Ray missing, a cluster not reachable, an actor past its restarts
     c = result.counters
     typer.echo(
         f"done: {c.iteration} iterations, {c.games} games, {c.learner_steps} learner steps, "
