@@ -138,10 +138,30 @@ def test_unsupported_models_use_their_own_forward():
     assert DecoderWeights.from_model(sliding) is None
 
 
-def test_lora_models_use_their_own_forward():
+@torch.no_grad()
+def test_lora_adapters_are_folded_in_and_disabled_adapters_are_the_base():
     peft = pytest.importorskip("peft")
-    model = peft.get_peft_model(build("llama"), peft.LoraConfig(r=4, target_modules="all-linear"))
-    assert DecoderWeights.from_model(model) is None
+    base_logits = full_forward_last_logits(build("qwen2"), PROMPTS[2])
+    model = peft.get_peft_model(build("qwen2"), peft.LoraConfig(r=4, target_modules="all-linear"))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.normal_(0, 0.2)  # B starts at zero: make the adapters change the function
+    weights = DecoderWeights.from_model(model)
+    assert weights is not None
+    ids, attention = left_padded([PROMPTS[2][:-1]])
+    _, hf_cache = cached_forward(model, None, input_ids=ids, attention_mask=attention,
+                                 position_ids=torch.arange(ids.shape[1])[None])
+    cache = KVCache.from_prefill(hf_cache, attention, ids.shape[1] + 1)
+    logits = decode_step(weights, cache, torch.tensor(PROMPTS[2][-1:]),
+                         torch.tensor([ids.shape[1]]))[0]
+    expected = full_forward_last_logits(model, PROMPTS[2])
+    assert not torch.allclose(expected, base_logits, atol=1e-3)  # the adapters matter
+    assert torch.allclose(logits, expected, atol=1e-5, rtol=0)
+    with model.disable_adapter():
+        plain = DecoderWeights.from_model(model)
+        layer = plain.layers[0]
+    base_qkv = build("qwen2").model.layers[0].self_attn
+    assert torch.equal(layer.qkv[: base_qkv.q_proj.weight.shape[0]], base_qkv.q_proj.weight)
 
 
 @torch.no_grad()

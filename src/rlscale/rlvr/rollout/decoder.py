@@ -17,9 +17,9 @@ the model's own module (any rope type); a step computes what the model computes 
 holds the logits to 1e-5 of the full forward).
 
 Supported: `llama`, `qwen2`, `qwen3`, `mistral` (without a sliding window) with SiLU MLPs
-and plain `nn.Linear` projections. Anything else (another architecture, a peft-wrapped
-model) returns None from `DecoderWeights.from_model`, and the sampler uses the model's
-forward.
+and `nn.Linear` projections, plain or with peft LoRA adapters (folded into the weights once
+per call). Anything else returns None from `DecoderWeights.from_model`, and the sampler uses
+the model's forward.
 """
 
 from __future__ import annotations
@@ -88,25 +88,29 @@ class DecoderWeights:
     @classmethod
     def from_model(cls, model, dtype: torch.dtype | None = None) -> DecoderWeights | None:
         """Fused weights of `model` in `dtype` (default: the model's), or None when the model
-        is not a supported architecture."""
+        is not a supported architecture. A peft LoRA model is decoded with its adapters
+        folded in (W + scale B A, computed here, the model untouched)."""
+        if hasattr(model, "peft_config"):
+            model = model.get_base_model()
         if not _supported(model):
             return None
         cfg, inner = model.config, model.model
         dtype = dtype or model.lm_head.weight.dtype
         layers = tuple(_layer_weights(layer, dtype) for layer in inner.layers)
         attn = inner.layers[0].self_attn
-        return cls(layers=layers, embed=inner.embed_tokens.weight.to(dtype),
-                   final_norm=RMSNormWeights.of(inner.norm, dtype), lm_head=model.lm_head.weight.to(dtype),
-                   rotary=inner.rotary_emb, heads=cfg.num_attention_heads,
-                   kv_heads=cfg.num_key_value_heads, head_dim=attn.head_dim,
-                   intermediate=layers[0].down.shape[1], scaling=attn.scaling, dtype=dtype)
+        return cls(layers=layers, embed=inner.embed_tokens.weight.detach().to(dtype),
+                   final_norm=RMSNormWeights.of(inner.norm, dtype),
+                   lm_head=model.lm_head.weight.detach().to(dtype), rotary=inner.rotary_emb,
+                   heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                   head_dim=attn.head_dim, intermediate=layers[0].down.shape[1],
+                   scaling=attn.scaling, dtype=dtype)
 
 
 def _supported(model) -> bool:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return False
-    if hasattr(model, "peft_config") or getattr(cfg, "hidden_act", None) != "silu":
+    if getattr(cfg, "hidden_act", None) != "silu":
         return False
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
         return False
@@ -116,10 +120,12 @@ def _supported(model) -> bool:
     lm_head = getattr(model, "lm_head", None)
     if inner is None or type(lm_head) is not nn.Linear or lm_head.bias is not None:
         return False
+    if type(inner.embed_tokens) is not nn.Embedding:
+        return False
     for layer in inner.layers:
         a, m = layer.self_attn, layer.mlp
         linears = (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)
-        if any(type(x) is not nn.Linear for x in linears):
+        if any(_linear(x) is None for x in linears):
             return False
         norms = (layer.input_layernorm, layer.post_attention_layernorm,
                  getattr(a, "q_norm", None), getattr(a, "k_norm", None))
@@ -128,25 +134,55 @@ def _supported(model) -> bool:
     return hasattr(inner.norm, "variance_epsilon")
 
 
+def _linear(module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, bias) that `module` applies: an `nn.Linear`'s own, or a peft LoRA layer's
+    base weight plus each active adapter's delta; None for anything else (DoRA and other
+    variants, adapter biases, a merged layer with its adapters disabled)."""
+    if type(module) is nn.Linear:
+        return module.weight.detach(), _detach(module.bias)
+    base = getattr(module, "base_layer", None)
+    if type(base) is not nn.Linear or not hasattr(module, "get_delta_weight"):
+        return None
+    if module.disable_adapters:
+        return None if module.merged else (base.weight.detach(), _detach(base.bias))
+    weight = base.weight.detach()
+    if module.merged:
+        return weight, _detach(base.bias)
+    for adapter in module.active_adapters:
+        if adapter not in module.lora_A:
+            continue
+        if adapter in module.lora_variant or module.lora_bias.get(adapter, False):
+            return None
+        weight = weight + module.get_delta_weight(adapter).detach()
+    return weight, _detach(base.bias)
+
+
+def _detach(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach()
+
+
 def _cat(*tensors: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     if any(t is None for t in tensors):
         return None
-    return torch.cat([t.detach() for t in tensors]).to(dtype)
+    return torch.cat(tensors).to(dtype)
 
 
 def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    return None if t is None else t.detach().to(dtype)
+    return None if t is None else t.to(dtype)
 
 
 def _layer_weights(layer, dtype: torch.dtype) -> LayerWeights:
     a, m = layer.self_attn, layer.mlp
+    (q, q_bias), (k, k_bias), (v, v_bias) = (_linear(a.q_proj), _linear(a.k_proj),
+                                             _linear(a.v_proj))
+    (gate, gate_bias), (up, up_bias) = _linear(m.gate_proj), _linear(m.up_proj)
+    out, out_bias = _linear(a.o_proj)
+    down, down_bias = _linear(m.down_proj)
     return LayerWeights(
-        qkv=_cat(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, dtype=dtype),
-        qkv_bias=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, dtype=dtype),
-        out=_cast(a.o_proj.weight, dtype), out_bias=_cast(a.o_proj.bias, dtype),
-        gate_up=_cat(m.gate_proj.weight, m.up_proj.weight, dtype=dtype),
-        gate_up_bias=_cat(m.gate_proj.bias, m.up_proj.bias, dtype=dtype),
-        down=_cast(m.down_proj.weight, dtype), down_bias=_cast(m.down_proj.bias, dtype),
+        qkv=_cat(q, k, v, dtype=dtype), qkv_bias=_cat(q_bias, k_bias, v_bias, dtype=dtype),
+        out=_cast(out, dtype), out_bias=_cast(out_bias, dtype),
+        gate_up=_cat(gate, up, dtype=dtype), gate_up_bias=_cat(gate_bias, up_bias, dtype=dtype),
+        down=_cast(down, dtype), down_bias=_cast(down_bias, dtype),
         attn_norm=RMSNormWeights.of(layer.input_layernorm, dtype),
         mlp_norm=RMSNormWeights.of(layer.post_attention_layernorm, dtype),
         q_norm=RMSNormWeights.of(getattr(a, "q_norm", None), dtype),
