@@ -6,7 +6,7 @@
 # 1. a venv with rlscale and PyPI's CUDA vLLM (`.[vllm]`: vllm==0.32.0 pins the matching torch),
 #    unless PYTHON names an interpreter that already has them (a machine without a registry);
 # 2. torch.cuda.is_available(), device name, versions;
-# 3. a two-step trainer run on CUDA if the config has train.device (skipped otherwise);
+# 3. a two-step trainer run on CUDA, then one GRPO step of a 0.5 B Qwen2-shaped model (memory.py);
 # 4. tests/test_vllm_engine.py on CUDA (greedy tokens, mu after top-p, load_weights);
 # 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
@@ -36,7 +36,7 @@ part() {  # part NAME COMMAND...: run, log to $OUT/NAME.log, record the exit sta
 
 install() {
   python3 -m venv "$VENV" && "$VENV/bin/pip" install -q --upgrade pip \
-    && "$VENV/bin/pip" install -q -e ".[vllm,dev]"
+    && "$VENV/bin/pip" install -q -e ".[vllm,dev,lora]"
 }
 
 if [ -z "${PYTHON:-}" ]; then
@@ -55,18 +55,13 @@ print("device", torch.cuda.get_device_name(0),
 "$PYTHON" -m pip freeze > "$OUT/pip_freeze.txt" 2>/dev/null
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 
-# The trainer step needs a train.device option; until the config has one this part is skipped.
-if "$PYTHON" -c '
-from rlscale.rlvr.config import RLVRConfig
-raise SystemExit(0 if "device" in RLVRConfig.model_fields["train"].annotation.model_fields else 1)
-' 2>/dev/null; then
-  part trainer_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_model('tiny', '$OUT/train_base')"
-  part trainer "$PYTHON" -m rlscale.cli rlvr train src/rlscale/configs/rlvr/quickstart.yaml \
-    model.path="$OUT/train_base" run_dir="$OUT/train_run" train.steps=2 train.device=cuda \
-    eval.every=0 checkpoint.every=0
-else
-  echo "trainer skipped: the train config has no device option" | tee -a "$SUMMARY"
-fi
+# The trainer on CUDA: two steps of the quickstart recipe on the tiny model, then the 0.5 B
+# Qwen2 shape (one GRPO step, full fine-tuning and LoRA: step time and peak GPU memory).
+part trainer_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_model('tiny', '$OUT/train_base')"
+part trainer "$PYTHON" -m rlscale.cli rlvr train src/rlscale/configs/rlvr/quickstart.yaml \
+  model.path="$OUT/train_base" run_dir="$OUT/train_run" train.steps=2 device=cuda \
+  eval.every=0 checkpoint.every=0
+part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --device cuda
 
 part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
 

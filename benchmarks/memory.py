@@ -61,6 +61,7 @@ def run_variant(name: str, model: Path, out: Path, args: argparse.Namespace) -> 
                  "rollout.max_new_tokens=128", "eval.every=0", "checkpoint.every=0",
                  f"train.micro_batch_tokens={args.micro_batch_tokens}",
                  f"train.threads={args.threads}", "progress=false", "tensorboard=false",
+                 f"device={args.device}",
                  *VARIANTS[name]]
     cmd = [sys.executable, "-m", "rlscale.cli", "rlvr", "train", str(CONFIG), *overrides,
            "--overwrite"]
@@ -74,7 +75,9 @@ def run_variant(name: str, model: Path, out: Path, args: argparse.Namespace) -> 
     config = (run_dir / "config.yaml").read_text()
     dtype = next((line.split(":")[1].strip() for line in config.splitlines()
                   if line.strip().startswith("compute_dtype:")), "?")
+    cuda_peaks = [r["memory/cuda_peak_gib"] for r in rows if "memory/cuda_peak_gib" in r]
     return {"variant": name, "peak_rss_gib": max(r["memory/peak_rss_gib"] for r in rows),
+            "cuda_peak_gib": max(cuda_peaks) if cuda_peaks else None,
             "collect_s": [r["time/collect_s"] for r in rows],
             "train_s": [r["time/train_s"] for r in rows],
             "tokens": [r["length/mean"] * 32 for r in rows], "compute_dtype": dtype,
@@ -88,6 +91,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--micro-batch-tokens", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (the run's device)")
     args = parser.parse_args()
     out = args.out.resolve()
     t0 = time.perf_counter()
@@ -98,10 +102,12 @@ def main() -> None:
     print(f"model: {model.relative_to(REPO) if model.is_relative_to(REPO) else model} "
           f"({config.model_type}, built in {time.perf_counter() - t0:.0f} s or reused)")
     results = [run_variant(name, model, out, args) for name in args.variants.split(",")]
-    print("\n| variant | compute | peak RSS (GiB) | sampling s (128 tokens x 32) | update s | "
-          "run wall s (load, step, save) |\n| --- | --- | ---: | ---: | ---: | ---: |")
+    print("\n| variant | compute | peak RSS (GiB) | peak GPU (GiB) | sampling s (128 tokens x 32) "
+          "| update s | run wall s (load, step, save) |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
-        print(f"| {r['variant']} | {r['compute_dtype']} | {r['peak_rss_gib']:.2f} | "
+        gpu = f"{r['cuda_peak_gib']:.2f}" if r["cuda_peak_gib"] is not None else "-"
+        print(f"| {r['variant']} | {r['compute_dtype']} | {r['peak_rss_gib']:.2f} | {gpu} | "
               f"{min(r['collect_s']):.1f} | {min(r['train_s']):.1f} | {r['wall_s']:.0f} |")
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(f"wrote {out / 'results.json'}")
