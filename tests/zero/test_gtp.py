@@ -258,3 +258,17 @@ def test_gtp_uses_the_play_settings(tmp_path, monkeypatch):
     assert ok and re.fullmatch(r"[A-HJ][1-7]|pass", text)
     assert searched == [(expected, 6, 6.5)]  # the play settings, under the controller's komi
     assert not searched[0][0].gumbel and searched[0][0].c_puct == 3.0
+
+
+def test_arena_plays_a_go_model_on_its_own_board(tmp_path):
+    """`zero arena --game go` with a 7x7 model plays 7x7 (the default board is 9x9)."""
+    from typer.testing import CliRunner
+
+    from rlscale.cli import app
+
+    _save_go_model(tmp_path / "go7", {})
+    result = CliRunner().invoke(app, ["zero", "arena", "--game", "go", "--model",
+                                      str(tmp_path / "go7"), "--opponent", "random",
+                                      "--games", "2", "--simulations", "4"])
+    assert result.exit_code == 0, result.output
+    assert "2 games" in result.output

@@ -80,12 +80,6 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _game(name: str, **kwargs: Any):
-    from rlscale.zero.games import make_game
-
-    return make_game(name, **kwargs)
-
-
 def _model_path(model: Path | None, game: str) -> Path:
     from rlscale.zero.arena import shipped_model
 
@@ -235,9 +229,9 @@ def arena(
     if audit and game != "connect4":
         raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
     _threads(threads)
-    g = _game(game)
     main = _lazy_main(model, game, simulations, search, seed)
     agent = main()
+    g = agent.game  # the model's own board (a 7x7 Go model plays 7x7)
     rival = make_agent(opponent, game, main, simulations, search, seed + 1)
     result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
     audits = None
@@ -284,7 +278,6 @@ def compute_curve(
     from rlscale.zero import arena as arena_lib
 
     _threads(threads)
-    g = _game(game)
     if simulations:
         try:
             budgets = [int(s) for s in simulations.split(",") if s.strip()]
@@ -295,6 +288,7 @@ def compute_curve(
     else:
         budgets = arena_lib.curve_simulations(max_simulations)
     agent = _network_agent(model, game, 0, search, seed)
+    g = agent.game  # the model's own board (a 7x7 Go model plays 7x7)
     typer.echo(arena_lib.curve_table([]))
 
     def show(point):
@@ -350,8 +344,8 @@ def play(
     """Play the model in the terminal: type a move, or `quit`."""
     if first not in ("human", "model"):
         raise ValueError(f"--first must be human or model, not {first!r}")
-    g = _game(game)
     agent = _network_agent(model, game, simulations, search, seed)
+    g = agent.game
     human = 0 if first == "human" else 1
     hint = _HINTS.get(game, "a move")
     out = sys.stdout
@@ -396,8 +390,8 @@ def move(
 ) -> None:
     """Print the model's move for a position (one line, nothing else on stdout)."""
     _threads(threads)
-    g = _game(game)
     agent = _network_agent(model, game, simulations, search, seed)
+    g = agent.game
     out = sys.stdout
     if moves != "-":
         state = parse_position(g, moves)
