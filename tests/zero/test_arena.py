@@ -5,8 +5,6 @@ import re
 import numpy as np
 import pytest
 import torch
-import typer
-from typer.testing import CliRunner
 
 from rlscale.zero.arena import (
     FirstLegalAgent,
@@ -20,7 +18,6 @@ from rlscale.zero.arena import (
     play_match,
     score_to_elo,
 )
-from rlscale.zero.arena_cli import register
 from rlscale.zero.games import make_game
 from rlscale.zero.network import PolicyValueNet, save_network
 from rlscale.zero.perfect_play import (
@@ -33,19 +30,6 @@ from rlscale.zero.perfect_play import (
 )
 
 HAVE_DATA = (connect4_data_dir() / "Test_L3_R1").is_file()
-
-
-@pytest.fixture(scope="module")
-def cli():
-    app = typer.Typer()
-
-    @app.callback()
-    def _zero() -> None:
-        """Zero."""
-
-    register(app)
-    runner = CliRunner()
-    return lambda args, input=None: runner.invoke(app, args, input=input)
 
 
 def _save_tiny(path, game_name, **game_kwargs):

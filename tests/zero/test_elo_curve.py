@@ -12,12 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import typer
-from typer.testing import CliRunner
 
 from rlscale.config import load_config
 from rlscale.zero.arena import MatchResult
-from rlscale.zero.arena_cli import register
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.elo_curve import find_checkpoints, fit_ratings, schedule
 
@@ -109,19 +106,6 @@ def run_dir(tmp_path_factory) -> Path:
         "train.min_replay=16", "train.batch_size=16", "checkpoint.every=2"])
     train(cfg, progress=False)
     return out
-
-
-@pytest.fixture(scope="module")
-def cli():
-    app = typer.Typer()
-
-    @app.callback()
-    def _zero() -> None:
-        """Zero."""
-
-    register(app)
-    runner = CliRunner()
-    return lambda args: runner.invoke(app, args)
 
 
 def test_find_checkpoints_takes_the_checkpoints_and_a_later_final(run_dir, tmp_path):
