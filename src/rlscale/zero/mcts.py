@@ -30,8 +30,7 @@ as the training target. Below the root, nodes use PUCT.
 
 Evaluators are callables `(planes [B, *plane_shape]) -> (priors [B, A], values [B])`, with
 priors over all actions (the search masks illegal ones) and values from the view of the
-player to move. An evaluator with `takes_states = True` is given the list of game states
-instead of planes.
+player to move.
 
 Pure MCTS (`uct_search`, the `mcts:N` baseline of the arena) is the knowledge-free search of
 AlphaZero papers and of OpenSpiel's MCTSBot: UCT (UCB1 selection with c = 2, untried moves
@@ -196,10 +195,7 @@ class Forest:
 
 
 def _evaluate(game: Game, evaluator: Evaluator, states: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    if getattr(evaluator, "takes_states", False):
-        priors, values = evaluator(states)
-    else:
-        priors, values = evaluator(np.stack([game.planes(s) for s in states]))
+    priors, values = evaluator(np.stack([game.planes(s) for s in states]))
     return np.asarray(priors, np.float32), np.asarray(values, np.float32).reshape(-1)
 
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from rlscale.runtime.versions import WeightStore
-from rlscale.zero.agent import Agent, load_agent  # noqa: F401  (moved to agent.py; re-exported)
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig
 from rlscale.zero.games.base import Game
 from rlscale.zero.mcts import Forest, search

@@ -41,10 +41,6 @@ class KVCache:
 
     # -- shape -----------------------------------------------------------------------------
     @property
-    def rows(self) -> int:
-        return self.keys.shape[1]
-
-    @property
     def width(self) -> int:
         return self.end - self.start
 
@@ -84,7 +80,7 @@ class KVCache:
 
     def trim_left(self) -> None:
         """Drop the left columns that no row attends any more."""
-        used = (self.bias[:, 0, 0, self.start:self.end] == 0).any(0).nonzero()
+        used = self.attention_mask().any(0).nonzero()
         self.start += int(used[0]) if len(used) else self.width
 
     def _reallocate(self, left: int, right: int) -> None:

@@ -121,8 +121,8 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     for t in range(params.max_new_tokens):
         chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
                                           generator)
-        live = rows[~finished[rows]]  # rows that finished since the last compaction idle
-        drawn = ~finished[rows]
+        drawn = ~finished[rows]  # rows that finished since the last compaction draw nothing
+        live = rows[drawn]
         tokens[live, t] = chosen[drawn]
         logprobs[live, t] = chosen_logp[drawn]
         lengths[live] += 1
@@ -140,7 +140,6 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     width_out = max(int(lengths.max()), 1)
     tokens, logprobs = tokens[:, :width_out], logprobs[:, :width_out]
     mask = (torch.arange(width_out)[None, :] < lengths[:, None]).float()
-    tokens = tokens.masked_fill(mask == 0, pad_token_id)
     reasons = ["stop" if f else "length" for f in finished.tolist()]
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens,
                    sampler_logprobs=logprobs * mask, mask=mask, lengths=lengths,
