@@ -10,7 +10,10 @@
 # 4. tests/test_vllm_engine.py on CUDA (greedy tokens, mu after top-p, load_weights);
 # 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
-#    and peak GPU memory.
+#    and peak GPU memory;
+# 6. Zero on CUDA (run right after step 2: it needs no vLLM and takes ~4 min): benchmarks/mcts.py
+#    with its GPU rows, tests/zero/test_zero_device.py (its CUDA tests), and a 2-iteration 7x7
+#    Go run with `device=cuda` (smaller self-play than the recipe), seconds per iteration.
 # Everything lands in $OUT: one log per part and summary.txt (one line per part, with its exit
 # status). A failing part is recorded and the next one still runs.
 set -uo pipefail
@@ -54,6 +57,26 @@ print("device", torch.cuda.get_device_name(0),
 ' || exit 1
 "$PYTHON" -m pip freeze > "$OUT/pip_freeze.txt" 2>/dev/null
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
+
+# Zero on CUDA (6). The Go run: 128 games in flight (one network call of 128 positions per
+# simulation step) and 128 per iteration instead of 256; min_replay 1024 so the learner trains
+# in both iterations. One summary line per iteration: wall seconds, self-play and learner
+# seconds, simulations/s.
+part zero_mcts "$PYTHON" benchmarks/mcts.py --model src/rlscale/zero/models/connect4 --seconds 2
+part zero_tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/zero/test_zero_device.py
+part zero_go7 timeout 600 "$PYTHON" -m rlscale.cli zero train configs/zero/go7.yaml device=cuda \
+  train.iterations=2 selfplay.concurrent_games=128 selfplay.games_per_iteration=128 \
+  train.min_replay=1024 checkpoint.every=1 --out "$OUT/zero_go7" --overwrite --no-progress
+"$PYTHON" - "$OUT/zero_go7/metrics.jsonl" <<'EOF' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+before = 0.0
+for r in map(json.loads, open(sys.argv[1])):
+    print(f"zero_go7 iteration {r['step']}: {r['counters/seconds'] - before:.1f} s "
+          f"(self-play {r['speed/selfplay_seconds']:.1f} s at "
+          f"{r['speed/simulations_per_second']:,.0f} simulations/s, learner "
+          f"{r['speed/train_seconds']:.1f} s), {r['counters/games']} games so far")
+    before = r["counters/seconds"]
+EOF
 
 # The trainer on CUDA: two steps of the quickstart recipe on the tiny model, then the 0.5 B
 # Qwen2 shape (one GRPO step, full fine-tuning and LoRA: step time and peak GPU memory).

@@ -8,6 +8,8 @@ Measures, on the same machine in the same process:
 - the network search (its saved settings, or --search puct|gumbel), simulations/s with 1 and
   with 64 concurrent games (one batched network call per simulation step over all trees),
   and that rate as a share of the raw rate at the same batch (the search's own overhead);
+- both again with the network on CUDA when torch sees a GPU (`evaluate` moves each batch
+  there and the results back, as self-play does); otherwise a line says they were skipped;
 - pure MCTS (UCT, random playouts) with `--rollouts` simulations per move: ours, and, if
   OpenSpiel is importable, OpenSpiel's MCTSBot (RandomRolloutEvaluator, one rollout per
   simulation, solve=False, the same uct_c) on the same positions, as simulations/s and ratio.
@@ -20,6 +22,7 @@ does not depend on the weights).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import time
@@ -56,14 +59,47 @@ def positions(game, count: int, rng: np.random.Generator, max_plies: int = 12) -
     return out
 
 
-def timed(fn, seconds: float, min_repeats: int = 2) -> tuple[int, float]:
-    """Call fn() until `seconds` have passed (at least min_repeats times): (calls, seconds)."""
-    fn()  # warm-up
+def timed(fn, seconds: float, min_repeats: int = 2, cuda: bool = False) -> tuple[int, float]:
+    """Call fn() until `seconds` have passed (at least min_repeats times): (calls, seconds).
+    `cuda`: synchronise before the clock starts and before it stops, so queued GPU work is
+    counted in the calls that queued it."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    fn()  # warm-up (on a GPU also the kernels' first launch)
+    sync()
     calls, start = 0, time.perf_counter()
     while calls < min_repeats or time.perf_counter() - start < seconds:
         fn()
         calls += 1
+    sync()
     return calls, time.perf_counter() - start
+
+
+def network_rows(game, net, mcts, pool: list, simulations: int, seconds: float,
+                 rng: np.random.Generator, where: str = "") -> list[dict]:
+    """The raw forward at batch 1, 64, 256 and the network search with 1 and 64 trees, for
+    `net` on the device it is on; `where` is appended to the row names (e.g. ", cuda")."""
+    cuda = net.device.type == "cuda"
+    rows, raw = [], {}
+    for batch in (1, 64, 256):
+        planes = np.stack([game.planes(s) for s in pool[:batch]])
+        calls, secs = timed(lambda planes=planes: net.evaluate(planes), seconds, cuda=cuda)
+        raw[batch] = calls * batch / secs
+        rows.append({"what": f"network forward (raw{where})", "batch": batch,
+                     "rate": raw[batch], "unit": "positions/s"})
+
+    kind = "gumbel" if mcts.gumbel else "puct"
+    for trees in (1, 64):
+        states = pool[:trees]
+
+        def run(states=states):
+            search_states(game, states, net.evaluate, mcts, rng, simulations=simulations)
+
+        calls, secs = timed(run, seconds, cuda=cuda)
+        rate = calls * trees * simulations / secs
+        rows.append({"what": f"network search ({kind}, {simulations} sims{where})",
+                     "batch": trees, "rate": rate, "unit": "simulations/s",
+                     "vs": f"{100 * rate / raw[trees]:.0f}% of raw batch-{trees} rate"})
+    return rows
 
 
 def load_agent_or_fresh(model: str | None, search: str):
@@ -102,28 +138,13 @@ def main() -> None:
     agent, source = load_agent_or_fresh(args.model, args.search)
     net, mcts = agent.agent.net, agent.agent.mcts
     pool = positions(game, 256, rng)
-    rows: list[dict] = []
-
-    raw = {}
-    for batch in (1, 64, 256):
-        planes = np.stack([game.planes(s) for s in pool[:batch]])
-        calls, secs = timed(lambda planes=planes: net.evaluate(planes), args.seconds)
-        raw[batch] = calls * batch / secs
-        rows.append({"what": "network forward (raw)", "batch": batch, "rate": raw[batch],
-                     "unit": "positions/s"})
-
-    kind = "gumbel" if mcts.gumbel else "puct"
-    for trees in (1, 64):
-        states = pool[:trees]
-
-        def run(states=states):
-            search_states(game, states, net.evaluate, mcts, rng, simulations=args.simulations)
-
-        calls, secs = timed(run, args.seconds)
-        rate = calls * trees * args.simulations / secs
-        rows.append({"what": f"network search ({kind}, {args.simulations} sims)", "batch": trees,
-                     "rate": rate, "unit": "simulations/s",
-                     "vs": f"{100 * rate / raw[trees]:.0f}% of raw batch-{trees} rate"})
+    rows = network_rows(game, net, mcts, pool, args.simulations, args.seconds, rng)
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+        rows += network_rows(game, copy.deepcopy(net).to("cuda"), mcts, pool, args.simulations,
+                             args.seconds, rng, where=", cuda")
+    else:
+        gpu = None
 
     spots = pool[:8]
     ours = PureMCTSAgent(args.rollouts, seed=args.seed)
@@ -157,17 +178,21 @@ def main() -> None:
                      "batch": 1, "rate": spiel_rate, "unit": "simulations/s",
                      "vs": f"ours / OpenSpiel = {ours_rate / spiel_rate:.2f}x"})
 
+    skipped = "GPU rows skipped: torch.cuda.is_available() is False"
     info = {"model": source, "threads": args.threads, "machine": platform.processor() or
-            platform.machine(), "torch": torch.__version__, "rows": rows}
+            platform.machine(), "gpu": gpu or skipped, "torch": torch.__version__, "rows": rows}
     if args.json:
         print(json.dumps(info, indent=2))
         return
-    print(f"Connect Four search speed; model: {source}; torch threads: {args.threads}")
+    print(f"Connect Four search speed; model: {source}; torch threads: {args.threads}; "
+          f"GPU: {gpu or 'none'}")
     print("| measurement | batch / games | rate | unit | note |")
     print("| --- | ---: | ---: | --- | --- |")
     for r in rows:
         rate = f"{r['rate']:,.0f}" if r["rate"] is not None else "n/a"
         print(f"| {r['what']} | {r['batch']} | {rate} | {r['unit']} | {r.get('vs', '')} |")
+    if gpu is None:
+        print(skipped)
 
 
 if __name__ == "__main__":

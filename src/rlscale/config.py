@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic
 import yaml
@@ -23,6 +23,10 @@ class StrictModel(pydantic.BaseModel):
 
 
 M = TypeVar("M", bound=StrictModel)
+
+# Where a run computes (`rlvr train`, `sft`, `zero train`); rlscale.runtime.device resolves it.
+Device = Literal["auto", "cpu", "cuda"]
+DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
 
 
 class LoggingConfig(StrictModel):

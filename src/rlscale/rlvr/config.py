@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import LoggingConfig, StrictModel
+from ..config import DEVICE_HELP, Device, LoggingConfig, StrictModel
 
 if TYPE_CHECKING:
     from .objectives import Objective
@@ -203,10 +203,6 @@ class RuntimeConfig(StrictModel):
     call_budget_s: float = Field(
         0.05, gt=0, description="decode time per worker call (how often weights/requests flow)")
     max_worker_restarts: int = Field(10, ge=0)
-
-
-Device = Literal["auto", "cpu", "cuda"]
-DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
 
 
 class RLVRConfig(StrictModel):

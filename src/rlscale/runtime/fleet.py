@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlscale.runtime.versions import cpu_snapshot
+
 
 class FleetError(RuntimeError):
     """The fleet cannot go on (Ray missing, a cluster unreachable, restarts exhausted)."""
@@ -77,8 +79,7 @@ class WeightPublisher:
     def publish(self, state_dict: dict[str, Any], version: int) -> None:
         ray = import_ray()
         # Plain CPU tensors: a GPU trainer's weights reach CPU or GPU workers alike.
-        cpu = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
-        self.ref, self.version = ray.put(cpu), version
+        self.ref, self.version = ray.put(cpu_snapshot(state_dict)), version
 
 
 @dataclass

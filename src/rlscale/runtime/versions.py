@@ -16,21 +16,28 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+def cpu_snapshot(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `state_dict` with its tensors on the CPU: what a store holds, so weights a
+    GPU learner publishes load into a network on any device (`load_state_dict` copies them)."""
+    return {k: v.detach().to("cpu", copy=True) if hasattr(v, "detach") else copy.deepcopy(v)
+            for k, v in state_dict.items()}
+
+
 class WeightStore:
-    """In-process weight store. A Ray actor with the same methods serves a cluster."""
+    """In-process weight store (CPU copies). A Ray actor with the same methods serves a
+    cluster."""
 
     def __init__(self, state_dict: dict[str, Any] | None = None, version: int = 0) -> None:
         self._lock = threading.Lock()
         self._version = version
-        self._state = copy.deepcopy(state_dict) if state_dict is not None else None
+        self._state = cpu_snapshot(state_dict) if state_dict is not None else None
 
     @property
     def version(self) -> int:
         return self._version
 
     def publish(self, state_dict: dict[str, Any]) -> int:
-        snapshot = {k: v.detach().clone() if hasattr(v, "detach") else copy.deepcopy(v)
-                    for k, v in state_dict.items()}
+        snapshot = cpu_snapshot(state_dict)
         with self._lock:
             self._version += 1
             self._state = snapshot

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlscale.runtime.device import resolve_device
 from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, WeightPublisher, import_ray
 from rlscale.runtime.versions import QueueClosed, VersionedQueue, WeightStore
 from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
@@ -63,6 +64,7 @@ class WorkerSpec:
     threads: int
     seed: int
     first_game: int  # the sequence number of its first game
+    device: str = "cpu"  # where its network evaluates: cpu, or cuda on a GPU share
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,10 @@ class SelfPlayWorker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         torch.set_num_threads(spec.threads)
+        device = resolve_device(spec.device)  # the GPU Ray gave it, or a one-line error
         game = make_game(spec.game, **spec.game_kwargs)
-        self.actor = Actor(game, network_for(game, spec.network), spec.mcts, spec.selfplay,
-                           WeightStore(), np.random.default_rng(spec.seed),
+        self.actor = Actor(game, network_for(game, spec.network).to(device), spec.mcts,
+                           spec.selfplay, WeightStore(), np.random.default_rng(spec.seed),
                            first_game=spec.first_game)
 
     def pid(self) -> int:
@@ -151,7 +154,12 @@ class FleetSelfPlay:
     def start(self, state_dict: dict[str, Any], version: int) -> None:
         ray = import_ray()
         cfg = self.cfg
-        remote = ray.remote(num_cpus=cfg.runtime.actor_threads)(SelfPlayWorker)
+        # On a GPU learner the actors evaluate on GPUs too: an even share of one GPU each
+        # beside the learner's, for Ray's placement (the batched search's calls are small; one
+        # GPU serves them all). On a CPU learner they stay on CPUs.
+        on_gpu = resolve_device(cfg.device).type == "cuda"
+        remote = ray.remote(num_cpus=cfg.runtime.actor_threads,
+                            num_gpus=1 / (self.size + 1) if on_gpu else 0)(SelfPlayWorker)
 
         def make(index: int):
             incarnation, self._incarnations[index] = (self._incarnations[index],
@@ -161,7 +169,8 @@ class FleetSelfPlay:
             seed = np.random.SeedSequence([cfg.train.seed, 2, index, incarnation, first])
             spec = WorkerSpec(index, cfg.game.name, dict(cfg.game.kwargs), cfg.network,
                               cfg.mcts, cfg.selfplay, cfg.runtime.actor_threads,
-                              int(seed.generate_state(1)[0]), first)
+                              int(seed.generate_state(1)[0]), first,
+                              "cuda" if on_gpu else "cpu")
             return remote.remote(spec)
 
         self.publish(state_dict, version)

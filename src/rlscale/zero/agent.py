@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlscale.zero.config import MCTSConfig
 from rlscale.zero.games.base import Game
@@ -101,14 +102,15 @@ def model_folder(path: str | Path) -> Path:
 
 
 def load_agent(
-    path: str | Path, simulations: int | None = None, seed: int = 0, **mcts_overrides: Any
+    path: str | Path, simulations: int | None = None, seed: int = 0, *,
+    device: str | torch.device = "cpu", **mcts_overrides: Any
 ) -> Agent:
     """Load an Agent from a saved network folder (`model.json`), a checkpoint, or a run dir
     (its `final/`, else its newest checkpoint), with its `play_settings` updated by
-    `mcts_overrides` (and `simulations`)."""
+    `mcts_overrides` (and `simulations`), its network on `device`."""
     from rlscale.zero.games import make_game
 
-    net, meta = load_network(model_folder(path))
+    net, meta = load_network(model_folder(path), device=device)
     game = make_game(meta.game, **meta.game_kwargs)
     if simulations is not None:
         mcts_overrides["simulations"] = simulations

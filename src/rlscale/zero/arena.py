@@ -36,12 +36,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from rlscale.zero.games.base import Game
 from rlscale.zero.mcts import DEFAULT_UCT_C, uct_search
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_OPENING_PLIES = 2
 CURVE_SIMULATIONS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800)
@@ -168,13 +171,14 @@ def load_network_agent(
     search: str = "trained",
     seed: int = 0,
     name: str | None = None,
+    device: str | torch.device = "cpu",
 ) -> NetworkAgent:
     """A NetworkAgent from a model folder, a checkpoint or a run directory.
 
     `search`: "trained" keeps the search settings saved with the network (its self-play
     settings updated by its `play_mcts`, see `load_agent`),
     "puct"/"gumbel" force one. With `game`, a checkpoint for another game is refused with a
-    one-line ValueError."""
+    one-line ValueError. `device`: where the network evaluates."""
     from rlscale.zero.agent import load_agent
 
     if search not in SEARCH_KINDS:
@@ -182,7 +186,7 @@ def load_network_agent(
     if not Path(path).exists():
         raise FileNotFoundError(f"no model at {path}")
     overrides = {} if search == "trained" else {"gumbel": search == "gumbel"}
-    agent = load_agent(path, seed=seed, **overrides)
+    agent = load_agent(path, seed=seed, device=device, **overrides)
     if game is not None and agent.game.name != game:
         raise ValueError(f"checkpoint {path} is for {agent.game.name}, not for {game}")
     return NetworkAgent(agent, simulations, name)

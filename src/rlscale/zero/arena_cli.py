@@ -9,7 +9,7 @@ move), `raw` (the model's raw policy), `sims:N` (the model with N simulations), 
 (another checkpoint, e.g. an earlier one, with `--simulations`), `solver` (Connect Four only).
 A model plays with its saved play settings (`play_mcts` over its self-play search, see
 `rlscale.zero.agent.play_settings`) in every command, GTP included, unless `--search` forces
-PUCT or Gumbel.
+PUCT or Gumbel. `--device` (default cpu; cuda, or auto) is where a model's network evaluates.
 
 `move` contract: stdout carries the chosen move and nothing else, one line per position
 (Connect Four: the column 1-7). With `--moves -` it reads one position a line from stdin
@@ -80,6 +80,13 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def _device(name: str) -> Any:
+    """The torch device `--device` names (a missing GPU is a one-line error, exit status 2)."""
+    from rlscale.runtime.device import resolve_device
+
+    return resolve_device(name)
+
+
 def _model_path(model: Path | None, game: str) -> Path:
     from rlscale.zero.arena import shipped_model
 
@@ -92,14 +99,14 @@ def _model_path(model: Path | None, game: str) -> Path:
 
 
 def _network_agent(model: Path | None, game: str, simulations: int, search: str, seed: int,
-                   name: str | None = None):
+                   name: str | None = None, device: Any = "cpu"):
     from rlscale.zero.arena import load_network_agent
 
     check_simulations(simulations)
     path = _model_path(model, game)
     try:
         return load_network_agent(path, simulations, game=game, search=search, seed=seed,
-                                  name=name)
+                                  name=name, device=device)
     except (ValueError, FileNotFoundError):
         raise
     except Exception as err:  # a corrupt or mismatched weights file: say which file
@@ -117,9 +124,10 @@ def _count_after(spec: str, prefix: str) -> int:
     return check_simulations(value, f"agent {spec[:40]!r}: N")
 
 
-def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int):
+def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int,
+               device: Any = "cpu"):
     """The agent an `--opponent`/`--agent` spec names; `main` is the --model agent (or None
-    when the spec does not need it)."""
+    when the spec does not need it); a `model:PATH` network evaluates on `device`."""
     from rlscale.zero.arena import PureMCTSAgent, RandomAgent, SolverAgent
 
     spec = spec.strip()
@@ -140,7 +148,7 @@ def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, s
     if spec.startswith("model:"):
         path = Path(spec[len("model:"):])
         return _network_agent(path, game, simulations, search, seed,
-                              name=f"{path.name}({simulations} sims)")
+                              name=f"{path.name}({simulations} sims)", device=device)
     if spec.startswith("gtp:"):  # any GTP engine, e.g. gtp:/usr/games/gnugo --mode gtp
         from rlscale.zero.gtp_client import gtp_agent
 
@@ -154,13 +162,15 @@ def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, s
     )
 
 
-def _lazy_main(model: Path | None, game: str, simulations: int, search: str, seed: int):
+def _lazy_main(model: Path | None, game: str, simulations: int, search: str, seed: int,
+               device: Any = "cpu"):
     """The --model agent, loaded on first use and then shared."""
     cache: dict[str, Any] = {}
 
     def get():
         if "agent" not in cache:
-            cache["agent"] = _network_agent(model, game, simulations, search, seed)
+            cache["agent"] = _network_agent(model, game, simulations, search, seed,
+                                            device=device)
         return cache["agent"]
 
     return get
@@ -200,6 +210,12 @@ _SEARCH_OPT = typer.Option("trained", "--search",
                            help="search settings: trained (the play settings saved with the "
                            "model), puct, gumbel")
 _THREADS_OPT = typer.Option(None, "--threads", help="torch CPU threads")
+# CPU by default: a match evaluates one batch of a few positions per simulation step, where a
+# GPU's per-call latency buys little for these small networks, and the CPU keeps matches
+# beside a training run off its GPU and comparable with the figures measured so far.
+_DEVICE_OPT = typer.Option("cpu", "--device",
+                           help="where the network evaluates: cpu, cuda, or auto (a CUDA GPU "
+                           "when torch sees one, else the CPU)")
 
 
 @_guarded
@@ -216,6 +232,7 @@ def arena(
                                       "(0: every game from the initial position)"),
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
+    device: str = _DEVICE_OPT,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     audit: bool = typer.Option(
         False, "--audit", help="Connect Four: solve every position of every game and "
@@ -229,10 +246,11 @@ def arena(
     if audit and game != "connect4":
         raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
     _threads(threads)
-    main = _lazy_main(model, game, simulations, search, seed)
+    dev = _device(device)
+    main = _lazy_main(model, game, simulations, search, seed, dev)
     agent = main()
     g = agent.game  # the model's own board (a 7x7 Go model plays 7x7)
-    rival = make_agent(opponent, game, main, simulations, search, seed + 1)
+    rival = make_agent(opponent, game, main, simulations, search, seed + 1, dev)
     result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
     audits = None
     if audit:
@@ -273,6 +291,7 @@ def compute_curve(
     opening_plies: int = typer.Option(2, "--opening-plies"),
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
+    device: str = _DEVICE_OPT,
 ) -> None:
     """The model with 0, 1, 2, 4, ... simulations against its raw policy: table + PNG."""
     from rlscale.zero import arena as arena_lib
@@ -287,7 +306,7 @@ def compute_curve(
             ) from None
     else:
         budgets = arena_lib.curve_simulations(max_simulations)
-    agent = _network_agent(model, game, 0, search, seed)
+    agent = _network_agent(model, game, 0, search, seed, device=_device(device))
     g = agent.game  # the model's own board (a 7x7 Go model plays 7x7)
     typer.echo(arena_lib.curve_table([]))
 
@@ -313,6 +332,7 @@ def solver_agreement(
     seed: int = typer.Option(0, "--seed"),
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
+    device: str = _DEVICE_OPT,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Share of Connect Four benchmark positions where the move keeps the solver's value."""
@@ -320,8 +340,9 @@ def solver_agreement(
     from rlscale.zero.perfect_play import solver_agreement as agreement
 
     _threads(threads)
-    main = _lazy_main(model, "connect4", simulations, search, seed)
-    agent = make_agent(agent_spec, "connect4", main, simulations, search, seed)
+    dev = _device(device)
+    main = _lazy_main(model, "connect4", simulations, search, seed, dev)
+    agent = make_agent(agent_spec, "connect4", main, simulations, search, seed, dev)
     names = [f.strip() for f in files.split(",") if f.strip()]
     results = agreement(agent, names, limit=limit, data_dir=data_dir)
     if as_json:
@@ -340,11 +361,12 @@ def play(
     first: str = typer.Option("human", "--first", help="who moves first: human or model"),
     search: str = _SEARCH_OPT,
     seed: int = typer.Option(0, "--seed"),
+    device: str = _DEVICE_OPT,
 ) -> None:
     """Play the model in the terminal: type a move, or `quit`."""
     if first not in ("human", "model"):
         raise ValueError(f"--first must be human or model, not {first!r}")
-    agent = _network_agent(model, game, simulations, search, seed)
+    agent = _network_agent(model, game, simulations, search, seed, device=_device(device))
     g = agent.game
     human = 0 if first == "human" else 1
     hint = _HINTS.get(game, "a move")
@@ -387,10 +409,11 @@ def move(
     search: str = _SEARCH_OPT,
     seed: int = typer.Option(0, "--seed"),
     threads: int | None = _THREADS_OPT,
+    device: str = _DEVICE_OPT,
 ) -> None:
     """Print the model's move for a position (one line, nothing else on stdout)."""
     _threads(threads)
-    agent = _network_agent(model, game, simulations, search, seed)
+    agent = _network_agent(model, game, simulations, search, seed, device=_device(device))
     g = agent.game
     out = sys.stdout
     if moves != "-":
@@ -422,11 +445,12 @@ def gtp(
     size: int = typer.Option(9, "--size"),
     komi: float = typer.Option(7.5, "--komi"),
     seed: int = typer.Option(0, "--seed"),
+    device: str = _DEVICE_OPT,
 ) -> None:
     """Go Text Protocol on stdin/stdout, moves chosen by the network's search."""
     if game != "go":
         raise ValueError(f"gtp plays go, not {game!r}")
-    engine = gtp_engine(model, simulations, size, komi, seed)
+    engine = gtp_engine(model, simulations, size, komi, seed, _device(device))
     engine.run(sys.stdin, sys.stdout)
 
 
@@ -446,6 +470,7 @@ def elo_curve(
     opening_plies: int = typer.Option(2, "--opening-plies"),
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
+    device: str = _DEVICE_OPT,
 ) -> None:
     """Elo of a run's checkpoints against each other and fixed anchors: table, JSON, CSV and
     a plot against iteration and self-play games."""
@@ -453,6 +478,7 @@ def elo_curve(
     from rlscale.zero.network import read_meta
 
     _threads(threads)
+    dev = _device(device)
     check_simulations(simulations)
     checkpoints = curves.find_checkpoints(run_dir)
     game = read_meta(checkpoints[0].path).game
@@ -463,11 +489,11 @@ def elo_curve(
     def no_model():
         raise ValueError("an anchor cannot be the run's own model: use model:PATH")
 
-    rivals = {spec: make_agent(spec, game, no_model, simulations, search, seed + 1000 + i)
+    rivals = {spec: make_agent(spec, game, no_model, simulations, search, seed + 1000 + i, dev)
               for i, spec in enumerate(specs)}
 
     def load(c):
-        return _network_agent(c.path, game, simulations, search, seed, name=c.name)
+        return _network_agent(c.path, game, simulations, search, seed, name=c.name, device=dev)
 
     def show(result):
         typer.echo(f"{result.agent_a} vs {result.agent_b}: W/D/L {result.wins}/{result.draws}/"
@@ -507,7 +533,8 @@ class GtpPlayer:
         return self.agents[game.size].choose_move(game, state, self.simulations)
 
 
-def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int):
+def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int,
+               device: Any = "cpu"):
     """A GtpEngine whose move is `simulations` of the model's search with its saved play
     settings (`play_mcts`); without a model, a fresh tiny network per board size."""
     import torch
@@ -535,7 +562,7 @@ def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, see
         if model_size != size:
             raise ValueError(f"checkpoint {model} is for a {model_size}x{model_size} go board, "
                              f"not {size}x{size}")
-        net, _ = load_network(folder)
+        net, _ = load_network(folder, device=device)
         game_kwargs = {k: v for k, v in meta.game_kwargs.items() if k not in ("size", "komi")}
         game = Go(size=size, komi=komi, **game_kwargs)
         player.agents[size] = Agent(game, net, play_settings(meta.extra, simulations=budget),
@@ -549,7 +576,7 @@ def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, see
         game = Go(size=size, komi=komi, **game_kwargs)
         if size not in player.agents:
             torch.manual_seed(seed)
-            net = network_for(game, NetworkConfig()).eval()
+            net = network_for(game, NetworkConfig()).to(device).eval()
             player.agents[size] = Agent(game, net, MCTSConfig(simulations=budget), seed=seed)
         return game
 

@@ -11,7 +11,14 @@ from typing import Any, Literal
 
 import pydantic
 
-from rlscale.config import ConfigError, LoggingConfig, StrictModel, set_dotted
+from rlscale.config import (
+    DEVICE_HELP,
+    ConfigError,
+    Device,
+    LoggingConfig,
+    StrictModel,
+    set_dotted,
+)
 
 
 class GameConfig(StrictModel):
@@ -184,9 +191,10 @@ class HealthConfig(StrictModel):
 
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
-RESUME_FREE_FIELDS = ("name", "out", "train.iterations", "train.max_minutes", "train.threads",
-                      "runtime.address", "runtime.actor_threads", "runtime.call_budget_s",
-                      "runtime.max_actor_restarts", "checkpoint.*", "health.*", "logging.*")
+RESUME_FREE_FIELDS = ("name", "out", "device", "train.iterations", "train.max_minutes",
+                      "train.threads", "runtime.address", "runtime.actor_threads",
+                      "runtime.call_budget_s", "runtime.max_actor_restarts", "checkpoint.*",
+                      "health.*", "logging.*")
 
 
 def _first_error(err: pydantic.ValidationError) -> str:
@@ -205,6 +213,9 @@ _GROWABLE = ("network.blocks", "network.value_channels")
 class ZeroConfig(StrictModel):
     name: str = "tictactoe"  # run name: the run directory defaults to runs/zero/<name>
     out: str | None = None  # run directory (overrides the default)
+    # The learner, its batches and in-process self-play's network calls; fleet actors on a
+    # GPU machine share its GPU (zero/actors.py). Speed only: a resume may change it.
+    device: Device = pydantic.Field("auto", description=DEVICE_HELP)
     game: GameConfig = GameConfig()
     network: NetworkConfig = NetworkConfig()
     mcts: MCTSConfig = MCTSConfig()

@@ -34,8 +34,12 @@ def zero_losses(
 
 
 class Learner:
-    def __init__(self, net: PolicyValueNet, config: TrainConfig) -> None:
-        self.net = net
+    """The network (moved to `device`), its optimizer, and the updates."""
+
+    def __init__(self, net: PolicyValueNet, config: TrainConfig,
+                 device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.net = net.to(self.device)  # before the optimizer: its state lives beside them
         self.config = config
         if config.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
@@ -60,14 +64,18 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """`array` on the learner's device (on the CPU: shares its memory, no copy)."""
+        return torch.from_numpy(array).to(self.device, non_blocking=True)
+
     def step(self, batch: Samples) -> dict[str, float]:
         self.net.train()
         mix = self.config.value_target_mix
         value_target = (1.0 - mix) * batch.outcome + mix * batch.root_value
-        logits, values = self.net(torch.from_numpy(batch.planes))
+        logits, values = self.net(self._tensor(batch.planes))
         losses = zero_losses(
-            logits, values, torch.from_numpy(batch.policy),
-            torch.from_numpy(value_target.astype(np.float32)),
+            logits, values, self._tensor(batch.policy),
+            self._tensor(value_target.astype(np.float32)),
         )
         loss = losses["value_loss"] + losses["policy_loss"]
         self.optimizer.zero_grad(set_to_none=True)
@@ -92,9 +100,9 @@ class Learner:
         value_sum = policy_sum = 0.0
         for i in range(0, n, batch_size):
             chunk = slice(i, i + batch_size)
-            logits, values = self.net(torch.from_numpy(samples.planes[chunk]))
-            losses = zero_losses(logits, values, torch.from_numpy(samples.policy[chunk]),
-                                 torch.from_numpy(samples.outcome[chunk]))
+            logits, values = self.net(self._tensor(samples.planes[chunk]))
+            losses = zero_losses(logits, values, self._tensor(samples.policy[chunk]),
+                                 self._tensor(samples.outcome[chunk]))
             value_sum += float(losses["value_loss"]) * len(values)
             policy_sum += float(losses["policy_loss"]) * len(values)
         if was_training:

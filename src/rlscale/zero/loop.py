@@ -42,6 +42,7 @@ from rlscale.runtime.checkpoint import (
     rng_state,
     set_rng_state,
 )
+from rlscale.runtime.device import resolve_device
 from rlscale.runtime.fleet import ray_session
 from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, StepUndo, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
@@ -87,13 +88,14 @@ class ZeroRun:
         self.game = make_game(cfg.game.name, **cfg.game.kwargs)
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
-        self.learner = Learner(network_for(self.game, cfg.network), cfg.train)
+        self.device = resolve_device(cfg.device)
+        self.learner = Learner(network_for(self.game, cfg.network), cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
         self.actor = None if cfg.runtime.actors else Actor(
-            self.game, network_for(self.game, cfg.network), cfg.mcts, cfg.selfplay, self.store,
-            np.random.default_rng([cfg.train.seed, 1]),
+            self.game, network_for(self.game, cfg.network).to(self.device), cfg.mcts,
+            cfg.selfplay, self.store, np.random.default_rng([cfg.train.seed, 1]),
         )
         self.fleet: FleetSelfPlay | None = None
         self.fleet_state: dict[str, Any] | None = None  # the fleet's, from a checkpoint
@@ -238,7 +240,8 @@ class ZeroRun:
                 raise ValueError(f"checkpoint {path} holds a {net.arch} network, the config "
                                  f"asks for {self.learner.net.arch}")
         self.learner.net.load_state_dict(net.state_dict())
-        state = torch.load(path / "trainer.pt", weights_only=False)
+        # CPU first, whatever device saved it; the optimizer's state follows its parameters.
+        state = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
         if grown:  # the optimizer state belongs to the old parameters: start it afresh
             self.learner.steps = state["learner"]["steps"]
         else:
@@ -354,6 +357,7 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
 
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
     that stage's settings, so a staged run and one stopped and resumed by hand agree."""
+    resolve_device(cfg.device)  # a missing GPU: one line, before the run directory
     _check_threads(cfg)  # a one-line config error before the run directory is touched
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)

@@ -94,15 +94,23 @@ class PolicyValueNet(nn.Module):
         """The search's evaluator: (priors [B, A] float32, values [B] float32).
 
         Priors are a softmax over all actions; the search masks illegal ones and renormalises.
-        The network is put in eval mode (BatchNorm running statistics) for the call.
+        The network is put in eval mode (BatchNorm running statistics) for the call. On a
+        GPU the planes go there and the results come back; on the CPU `.to` and `.cpu()` are
+        no-ops (no copies).
         """
         was_training = self.training
         self.eval()
-        logits, values = self(torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)))
+        x = torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32))
+        logits, values = self(x.to(self.device))
         if was_training:
             self.train()
         priors = torch.softmax(logits, dim=-1)
-        return priors.numpy(), values.numpy()
+        return priors.cpu().numpy(), values.cpu().numpy()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live (the stem's first convolution stands for all of them)."""
+        return self.stem[0].weight.device
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -148,7 +156,7 @@ def grow_network(net: PolicyValueNet, blocks: int, value_channels: int) -> Polic
         new["value_head.4.weight"][:, : c * cells] = old["value_head.4.weight"]
         new["value_head.4.bias"].copy_(old["value_head.4.bias"])
     grown.load_state_dict(new)
-    grown.train(net.training)
+    grown.to(net.device).train(net.training)
     return grown
 
 
@@ -213,9 +221,11 @@ def load_network(
     path: str | Path,
     game: str | None = None,
     game_kwargs: dict[str, Any] | None = None,
+    device: str | torch.device = "cpu",
 ) -> tuple[PolicyValueNet, ModelMeta]:
-    """Rebuild a saved network. If `game` is given, the checkpoint must be for that game and
-    those keyword arguments (e.g. Go size); otherwise a one-line ValueError names both."""
+    """Rebuild a saved network on `device` (the weights are saved as CPU tensors, so a model
+    trained on a GPU loads anywhere). If `game` is given, the checkpoint must be for that game
+    and those keyword arguments (e.g. Go size); otherwise a one-line ValueError names both."""
     meta = read_meta(path)
     if game is not None:
         wanted = describe_game(game, dict(game_kwargs or {}))
@@ -228,5 +238,5 @@ def load_network(
         meta.value_channels,
     )
     net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
-    net.eval()
+    net.to(device).eval()
     return net, meta
