@@ -294,6 +294,44 @@ def test_a_stage_grows_the_network(tmp_path):
     assert more.counters.iteration == 5
 
 
+def test_a_run_starts_from_a_saved_model(tmp_path):
+    first = train(_tiny(tmp_path / "first", 2), progress=False)
+    # Before any update (min_replay out of reach) the warm-started run holds the saved weights,
+    # grown to 2 blocks as by a stage: the same function.
+    warm = [*_tiny_args(tmp_path / "warm", 1), f"network.init_from={tmp_path / 'first'}",
+            "network.blocks=2", "train.min_replay=100000"]
+    result = train(load_config(ZeroConfig, None, warm), progress=False)
+    before, after = load_agent(first.final_dir), load_agent(result.final_dir)
+    assert after.net.arch["blocks"] == 2 and result.counters.learner_steps == 0
+    planes = np.stack([TTT.planes(s) for s in _states_after(TTT, [[], [4], [4, 0]])])
+    for got, want in zip(after.net.evaluate(planes), before.net.evaluate(planes), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # a resume takes the checkpoint, not the start model (gone by then)
+    (tmp_path / "first" / "final" / "model.json").rename(tmp_path / "moved.json")
+    more = train(load_config(ZeroConfig, None, [*warm[:1], "train.iterations=2", *warm[2:]]),
+                 resume=True, progress=False)
+    assert more.counters.iteration == 2
+    # a missing or mismatched start model is a one-line error before the run dir is made
+    for value, words in [(tmp_path / "nowhere", "network.init_from: no model.json"),
+                         (result.final_dir, "network.init_from: ")]:
+        args = [*_tiny_args(tmp_path / "bad", 1), f"network.init_from={value}",
+                "network.channels=4"]
+        with pytest.raises((FileNotFoundError, ValueError)) as err:
+            train(load_config(ZeroConfig, None, args), progress=False)
+        assert str(err.value).startswith(words) and "\n" not in str(err.value)
+    assert not (tmp_path / "bad").exists()
+
+
+def _states_after(game, move_lists):
+    states = []
+    for moves in move_lists:
+        state = game.initial_state()
+        for move in moves:
+            state = game.apply(state, move)
+        states.append(state)
+    return states
+
+
 def test_stage_config_errors():
     base = ["train.iterations=10"]
     cfg = load_config(ZeroConfig, None, [*base, "stages={3: {train.lr: 0.1}, 6: {mcts.c_puct: 2}}"])

@@ -32,6 +32,10 @@ class NetworkConfig(StrictModel):
     value_hidden: int = pydantic.Field(32, ge=1)  # width of the value head's hidden layer
     # 1x1-conv planes into the value head (AlphaZero: 1; more let the value see more features)
     value_channels: int = pydantic.Field(1, ge=1)
+    # Warm start: a saved model folder (model.json), checkpoint or run directory whose weights
+    # the run starts from instead of a random initialisation (a fresh optimizer and replay).
+    # Same game and channels; blocks and value_channels may be larger (grown as by a stage).
+    init_from: str | None = None
 
 
 class MCTSConfig(StrictModel):

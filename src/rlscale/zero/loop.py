@@ -49,10 +49,17 @@ from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightStore, staleness
 from rlscale.zero.actors import FleetSelfPlay
+from rlscale.zero.agent import model_folder
 from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig, thread_check
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
-from rlscale.zero.network import grow_network, load_network, network_for, save_network
+from rlscale.zero.network import (
+    PolicyValueNet,
+    grow_network,
+    load_network,
+    network_for,
+    save_network,
+)
 from rlscale.zero.replay import ReplayWindow, Samples
 from rlscale.zero.resign import PlayedOut, false_resignations, tune_threshold
 from rlscale.zero.selfplay import Actor, PlayStats
@@ -82,14 +89,17 @@ class TrainResult:
 class ZeroRun:
     """Everything a run holds; `iterate()` is one round of the loop."""
 
-    def __init__(self, cfg: ZeroConfig, stage: int = 1) -> None:
+    def __init__(self, cfg: ZeroConfig, stage: int = 1, warm_start: bool = True) -> None:
+        """`warm_start`: start from `network.init_from` when set (False when a checkpoint's
+        weights are loaded next)."""
         self.cfg = cfg
         self.run_dir = cfg.run_dir()
         self.game = make_game(cfg.game.name, **cfg.game.kwargs)
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         self.device = resolve_device(cfg.device)
-        self.learner = Learner(network_for(self.game, cfg.network), cfg.train, self.device)
+        net = initial_network(cfg) if warm_start else network_for(self.game, cfg.network)
+        self.learner = Learner(net, cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
@@ -276,6 +286,29 @@ class ZeroRun:
         return final
 
 
+def initial_network(cfg: ZeroConfig) -> PolicyValueNet:
+    """The network a run starts from: random with the config's sizes, or the weights of
+    `network.init_from` (grown to the config's sizes when they are larger)."""
+    game = make_game(cfg.game.name, **cfg.game.kwargs)
+    fresh = network_for(game, cfg.network)
+    if cfg.network.init_from is None:
+        return fresh
+    folder = model_folder(cfg.network.init_from)
+    try:
+        net, _ = load_network(folder, cfg.game.name, cfg.game.kwargs)
+    except (FileNotFoundError, ValueError) as err:
+        raise type(err)(f"network.init_from: {err}") from None
+    grows = all(fresh.arch[k] >= net.arch[k] for k in ("blocks", "value_channels"))
+    same = all(fresh.arch[k] == net.arch[k] for k in ("channels", "value_hidden"))
+    if not (grows and same):
+        raise ValueError(f"network.init_from: {folder} holds a {net.arch} network, the config "
+                         f"asks for {fresh.arch} (only blocks and value_channels may grow)")
+    if net.arch != fresh.arch:
+        net = grow_network(net, cfg.network.blocks, cfg.network.value_channels)
+    net.train()
+    return net
+
+
 def _nonfinite(losses: list[dict[str, float]], net: torch.nn.Module) -> list[str]:
     """The non-finite figures of an iteration's updates: a loss, or the weights themselves."""
     bad = sorted({k for x in losses for k, v in x.items() if not math.isfinite(v)})
@@ -345,7 +378,7 @@ def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None) -> Zero
     """A ZeroRun with the settings of the stage `iteration` is in, from `checkpoint` if any."""
     stage = cfg.at_iteration(iteration)
     torch.set_num_threads(stage.train.threads)
-    run = ZeroRun(stage, cfg.stage_start(iteration))
+    run = ZeroRun(stage, cfg.stage_start(iteration), warm_start=checkpoint is None)
     if checkpoint is not None:
         run.load_checkpoint(checkpoint)
     return run
@@ -358,7 +391,9 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
     that stage's settings, so a staged run and one stopped and resumed by hand agree."""
     resolve_device(cfg.device)  # a missing GPU: one line, before the run directory
-    _check_threads(cfg)  # a one-line config error before the run directory is touched
+    _check_threads(cfg)  # one-line config errors before the run directory is touched
+    if cfg.network.init_from is not None and not resume:
+        initial_network(cfg)
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     try:
