@@ -52,6 +52,7 @@ from rlscale.zero.actors import FleetSelfPlay
 from rlscale.zero.agent import model_folder
 from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig, thread_check
 from rlscale.zero.games import make_game
+from rlscale.zero.games.base import Game
 from rlscale.zero.learner import Learner
 from rlscale.zero.network import (
     PolicyValueNet,
@@ -98,7 +99,10 @@ class ZeroRun:
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         self.device = resolve_device(cfg.device)
-        net = initial_network(cfg) if warm_start else network_for(self.game, cfg.network)
+        if warm_start:
+            net = initial_network(cfg, self.game)
+        else:  # a checkpoint's weights are loaded next
+            net = network_for(self.game, cfg.network)
         self.learner = Learner(net, cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
@@ -286,10 +290,9 @@ class ZeroRun:
         return final
 
 
-def initial_network(cfg: ZeroConfig) -> PolicyValueNet:
-    """The network a run starts from: random with the config's sizes, or the weights of
-    `network.init_from` (grown to the config's sizes when they are larger)."""
-    game = make_game(cfg.game.name, **cfg.game.kwargs)
+def initial_network(cfg: ZeroConfig, game: Game) -> PolicyValueNet:
+    """The network a run of `game` starts from: random with the config's sizes, or the
+    weights of `network.init_from` (grown to the config's sizes when they are larger)."""
     fresh = network_for(game, cfg.network)
     if cfg.network.init_from is None:
         return fresh
@@ -393,7 +396,7 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
     resolve_device(cfg.device)  # a missing GPU: one line, before the run directory
     _check_threads(cfg)  # one-line config errors before the run directory is touched
     if cfg.network.init_from is not None and not resume:
-        initial_network(cfg)
+        initial_network(cfg, make_game(cfg.game.name, **cfg.game.kwargs))
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     try:
