@@ -16,6 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _probe_cache(tmp_path_factory):
+    """The precision probe's cache (compute_dtype: auto) in the session's temp folder, not in
+    the user's home; CLI runs in subprocesses inherit it."""
+    previous = os.environ.get("RLSCALE_CACHE_DIR")
+    os.environ["RLSCALE_CACHE_DIR"] = str(tmp_path_factory.mktemp("rlscale_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("RLSCALE_CACHE_DIR", None)
+    else:
+        os.environ["RLSCALE_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A freshly initialised tiny model saved as a Hugging Face folder."""

@@ -27,6 +27,10 @@ M = TypeVar("M", bound=StrictModel)
 # Where a run computes (`rlvr train`, `sft`, `zero train`); rlscale.runtime.device resolves it.
 Device = Literal["auto", "cpu", "cuda"]
 DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
+ComputeDtypeName = Literal["auto", "float32", "bfloat16"]
+COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 where a matmul "
+                      "probe on this device measures it faster than float32 (cached per "
+                      "machine, torch version and thread count), else float32")
 
 
 class LoggingConfig(StrictModel):

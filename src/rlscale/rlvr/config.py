@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import DEVICE_HELP, Device, LoggingConfig, StrictModel
+from ..config import (
+    COMPUTE_DTYPE_HELP,
+    DEVICE_HELP,
+    ComputeDtypeName,
+    Device,
+    LoggingConfig,
+    StrictModel,
+)
 
 if TYPE_CHECKING:
     from .objectives import Objective
@@ -145,10 +152,8 @@ class TrainConfig(StrictModel):
         "prompt + completion tokens (a longer sequence alone); 0 = by micro_batch_size only")
     pack: bool = Field(
         False, description="pack several sequences per row (no padding) in the update's forward")
-    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="the matmuls of sampling and the update: bfloat16 = autocast with "
-        "fp32 weights; auto = bfloat16 where the device computes it natively (CUDA with bf16, "
-        "a CPU with AVX-512 BF16 or AMX), else float32")
+    compute_dtype: ComputeDtypeName = Field(
+        "auto", description=f"the matmuls of sampling and the update: {COMPUTE_DTYPE_HELP}")
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory, ~1/3 more compute")
     seed: int = 0

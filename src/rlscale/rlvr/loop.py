@@ -120,13 +120,15 @@ class RLVRRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.device = resolve_device(cfg.device)  # before the run directory: a bad one costs nothing
-        self.compute_dtype = resolve_compute_dtype(cfg.train.compute_dtype, self.device)
+        if cfg.train.threads:  # before the precision probe: it measures at this thread count
+            torch.set_num_threads(cfg.train.threads)
+        self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device)
+        self.compute_dtype = self.precision.name
+        print(self.precision.describe())
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
         self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
         self.objective = cfg.resolved_objective()
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
         self.task = make_task(cfg.task.name, **cfg.task.options)
         self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
         self.model.to(self.device)
@@ -301,6 +303,7 @@ class RLVRRun:
             metrics["time/post_update_stats_s"] = time.perf_counter() - t2
         t_train = time.perf_counter() - t1
         metrics.update(peak_memory_gib(self.device))
+        metrics.update(self.precision.metrics())  # what chose the precision (auto)
         per_group = group.rewards.view(-1, size)
         tokens = int(r.lengths.sum())
         metrics.update({

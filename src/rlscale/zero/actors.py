@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlscale.runtime.device import resolve_device
+from rlscale.runtime.device import resolve_compute_dtype, resolve_device
 from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, WeightPublisher, import_ray
 from rlscale.runtime.versions import QueueClosed, VersionedQueue, WeightStore
 from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
@@ -65,6 +65,7 @@ class WorkerSpec:
     seed: int
     first_game: int  # the sequence number of its first game
     device: str = "cpu"  # where its network evaluates: cpu, or cuda on a GPU share
+    compute_dtype: str = "auto"  # the config's; resolved in the actor, at its own threads
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class SelfPlayWorker:
         torch.set_num_threads(spec.threads)
         device = resolve_device(spec.device)  # the GPU Ray gave it, or a one-line error
         game = make_game(spec.game, **spec.game_kwargs)
-        self.actor = Actor(game, network_for(game, spec.network).to(device), spec.mcts,
+        net = network_for(game, spec.network,
+                          resolve_compute_dtype(spec.compute_dtype, device).name).to(device)
+        self.actor = Actor(game, net, spec.mcts,
                            spec.selfplay, WeightStore(), np.random.default_rng(spec.seed),
                            first_game=spec.first_game)
 
@@ -170,7 +173,7 @@ class FleetSelfPlay:
             spec = WorkerSpec(index, cfg.game.name, dict(cfg.game.kwargs), cfg.network,
                               cfg.mcts, cfg.selfplay, cfg.runtime.actor_threads,
                               int(seed.generate_state(1)[0]), first,
-                              "cuda" if on_gpu else "cpu")
+                              "cuda" if on_gpu else "cpu", cfg.compute_dtype)
             return remote.remote(spec)
 
         self.publish(state_dict, version)

@@ -12,7 +12,9 @@ from typing import Any, Literal
 import pydantic
 
 from rlscale.config import (
+    COMPUTE_DTYPE_HELP,
     DEVICE_HELP,
+    ComputeDtypeName,
     ConfigError,
     Device,
     LoggingConfig,
@@ -195,7 +197,7 @@ class HealthConfig(StrictModel):
 
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
-RESUME_FREE_FIELDS = ("name", "out", "device", "train.iterations", "train.max_minutes",
+RESUME_FREE_FIELDS = ("name", "out", "device", "compute_dtype", "train.iterations", "train.max_minutes",
                       "train.threads", "runtime.address", "runtime.actor_threads",
                       "runtime.call_budget_s", "runtime.max_actor_restarts", "checkpoint.*",
                       "health.*", "logging.*")
@@ -220,6 +222,10 @@ class ZeroConfig(StrictModel):
     # The learner, its batches and in-process self-play's network calls; fleet actors on a
     # GPU machine share its GPU (zero/actors.py). Speed only: a resume may change it.
     device: Device = pydantic.Field("auto", description=DEVICE_HELP)
+    # Self-play's network calls (in-process and in every actor, each probing at its own
+    # thread count); the learner keeps fp32. Speed only: a resume may change it.
+    compute_dtype: ComputeDtypeName = pydantic.Field(
+        "auto", description=f"self-play's network evaluations: {COMPUTE_DTYPE_HELP}")
     game: GameConfig = GameConfig()
     network: NetworkConfig = NetworkConfig()
     mcts: MCTSConfig = MCTSConfig()

@@ -42,7 +42,7 @@ from rlscale.runtime.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from rlscale.runtime.device import resolve_device
+from rlscale.runtime.device import resolve_compute_dtype, resolve_device
 from rlscale.runtime.fleet import ray_session
 from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, StepUndo, parameters_finite
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
@@ -99,6 +99,8 @@ class ZeroRun:
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         self.device = resolve_device(cfg.device)
+        # At the learner's thread count (set by _start_run); actors probe at their own.
+        self.precision = resolve_compute_dtype(cfg.compute_dtype, self.device)
         if warm_start:
             net = initial_network(cfg, self.game)
         else:  # a checkpoint's weights are loaded next
@@ -108,7 +110,8 @@ class ZeroRun:
         self.store = WeightStore(self.learner.net.state_dict(), version=0)
         # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
         self.actor = None if cfg.runtime.actors else Actor(
-            self.game, network_for(self.game, cfg.network).to(self.device), cfg.mcts,
+            self.game, network_for(self.game, cfg.network, self.precision.name).to(self.device),
+            cfg.mcts,
             cfg.selfplay, self.store, np.random.default_rng([cfg.train.seed, 1]),
         )
         self.fleet: FleetSelfPlay | None = None
@@ -213,7 +216,7 @@ class ZeroRun:
         metrics = _lens_metrics(play, losses, lag, samples, self.replay, c, seconds,
                                 train_seconds, self.learner.optimizer.param_groups[0]["lr"],
                                 held_out)
-        return {**metrics, **resign_metrics, **fleet_metrics}
+        return {**metrics, **resign_metrics, **fleet_metrics, **self.precision.metrics()}
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from rlscale.runtime.device import compute_context
+
 if TYPE_CHECKING:
     from rlscale.zero.config import NetworkConfig
     from rlscale.zero.games.base import Game
@@ -58,6 +60,9 @@ class PolicyValueNet(nn.Module):
         super().__init__()
         planes, height, width = plane_shape
         self.plane_shape = tuple(plane_shape)
+        # The matmul dtype of `evaluate` (a run's resolved compute_dtype): bfloat16 = autocast
+        # over the fp32 weights. Training's forward is unaffected.
+        self.compute_dtype = "float32"
         self.num_actions = num_actions
         self.arch = {"blocks": blocks, "channels": channels, "value_hidden": value_hidden,
                      "value_channels": value_channels}
@@ -101,10 +106,12 @@ class PolicyValueNet(nn.Module):
         was_training = self.training
         self.eval()
         x = torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32))
-        logits, values = self(x.to(self.device))
+        with compute_context(self.device, self.compute_dtype):
+            logits, values = self(x.to(self.device))
         if was_training:
             self.train()
-        priors = torch.softmax(logits, dim=-1)
+        priors = torch.softmax(logits.float(), dim=-1)
+        values = values.float()
         return priors.cpu().numpy(), values.cpu().numpy()
 
     @property
@@ -116,10 +123,13 @@ class PolicyValueNet(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def network_for(game: Game, cfg: NetworkConfig) -> PolicyValueNet:
-    """A freshly initialised network for `game` with the sizes of a config's `network`."""
-    return PolicyValueNet(game.plane_shape, game.num_actions, cfg.blocks, cfg.channels,
-                          cfg.value_hidden, cfg.value_channels)
+def network_for(game: Game, cfg: NetworkConfig, compute_dtype: str = "float32") -> PolicyValueNet:
+    """A freshly initialised network for `game` with the sizes of a config's `network`,
+    evaluating in `compute_dtype` (a resolved one: float32 or bfloat16)."""
+    net = PolicyValueNet(game.plane_shape, game.num_actions, cfg.blocks, cfg.channels,
+                         cfg.value_hidden, cfg.value_channels)
+    net.compute_dtype = compute_dtype
+    return net
 
 
 def grow_network(net: PolicyValueNet, blocks: int, value_channels: int) -> PolicyValueNet:

@@ -1,0 +1,110 @@
+"""`compute_dtype: auto` decides by a measured matmul probe, cached per machine and torch
+version, for both loops (the probe itself stubbed: tests check the decision, not timings)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rlscale.runtime import device as dev
+
+
+@pytest.fixture
+def probe_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSCALE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "precision_probe.json"
+
+
+def stub_rates(monkeypatch, fp32: float, bf16: float) -> list[torch.dtype]:
+    calls: list[torch.dtype] = []
+
+    def fake(dtype, device, *args, **kwargs):
+        calls.append(dtype)
+        return {torch.float32: fp32, torch.bfloat16: bf16}[dtype]
+
+    monkeypatch.setattr(dev, "measure_matmul_gflops", fake)
+    return calls
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "chosen"), [
+    (171.0, 765.0, "bfloat16"),   # the AMD EPYC of MACHINE_NOTES: bf16 ~4x faster
+    (200.0, 81.0, "float32"),     # the Intel Xeon with avx512_bf16, no AMX: ~2x slower
+    (50.0, 0.3, "float32"),       # AVX2 only: bf16 emulated
+    (100.0, 105.0, "float32"),    # a near tie goes to fp32 (autocast's casts cost extra)
+])
+def test_auto_follows_the_probe_not_the_flags(probe_cache, monkeypatch, fp32, bf16, chosen):
+    stub_rates(monkeypatch, fp32, bf16)
+    resolved = dev.resolve_compute_dtype("auto", torch.device("cpu"))
+    assert resolved.name == chosen
+    m = resolved.metrics()
+    assert m["precision/float32_gflops"] == fp32 and m["precision/bfloat16_gflops"] == bf16
+    assert m["precision/bfloat16"] == float(chosen == "bfloat16")
+    assert chosen in resolved.describe()
+
+
+def test_a_named_dtype_is_not_probed(probe_cache, monkeypatch):
+    calls = stub_rates(monkeypatch, 100.0, 400.0)
+    for name in ("float32", "bfloat16"):
+        resolved = dev.resolve_compute_dtype(name, torch.device("cpu"))
+        assert resolved.name == name and resolved.probe is None
+    assert calls == []
+
+
+def test_the_probe_is_cached_per_machine_torch_version_and_threads(probe_cache, monkeypatch):
+    calls = stub_rates(monkeypatch, 100.0, 400.0)
+    first = dev.precision_probe(torch.device("cpu"))
+    assert not first.cached and len(calls) == 2
+    again = dev.precision_probe(torch.device("cpu"))
+    assert again.cached and again.choice == first.choice and len(calls) == 2
+    entry = next(iter(json.loads(probe_cache.read_text()).values()))
+    assert entry["float32_gflops"] == 100.0
+    # Another torch build measures again (its kernels may differ).
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    dev.precision_probe(torch.device("cpu"))
+    assert len(calls) == 4
+    assert len(json.loads(probe_cache.read_text())) == 2
+
+
+def test_an_unusable_cache_only_costs_a_measurement(tmp_path, monkeypatch):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("RLSCALE_CACHE_DIR", str(blocker))
+    calls = stub_rates(monkeypatch, 100.0, 400.0)
+    assert dev.precision_probe(torch.device("cpu")).choice == "bfloat16"
+    assert dev.precision_probe(torch.device("cpu")).choice == "bfloat16"
+    assert len(calls) == 4  # measured each time, no error
+    corrupt = tmp_path / "c2"
+    corrupt.mkdir()
+    (corrupt / "precision_probe.json").write_text("{not json")
+    monkeypatch.setenv("RLSCALE_CACHE_DIR", str(corrupt))
+    assert dev.precision_probe(torch.device("cpu")).float32_gflops == 100.0
+
+
+def test_the_real_probe_is_short_and_positive():
+    fp32 = dev.measure_matmul_gflops(torch.float32, torch.device("cpu"), seconds=0.01)
+    bf16 = dev.measure_matmul_gflops(torch.bfloat16, torch.device("cpu"), seconds=0.01)
+    assert fp32 > 0 and bf16 > 0
+
+
+def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch):
+    from rlscale.zero.config import ZeroConfig
+    from rlscale.zero.loop import ZeroRun
+
+    stub_rates(monkeypatch, 100.0, 400.0)
+    run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
+    assert run.precision.name == "bfloat16"
+    assert run.actor.net.compute_dtype == "bfloat16"
+    assert next(run.learner.net.parameters()).dtype == torch.float32  # fp32 master weights
+    planes = run.game.planes(run.game.initial_state())[None]
+    priors, values = run.actor.net.evaluate(planes)
+    assert priors.dtype.name == "float32" and abs(float(priors.sum()) - 1) < 1e-3
+    run.actor.net.compute_dtype = "float32"
+    fp32_priors, _ = run.actor.net.evaluate(planes)
+    assert abs(priors - fp32_priors).max() < 0.05  # the same function, rounded
+
+    stub_rates(monkeypatch, 200.0, 81.0)
+    monkeypatch.setenv("RLSCALE_CACHE_DIR", str(probe_cache.parent.parent / "other"))
+    run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
+    assert run.actor.net.compute_dtype == "float32"
