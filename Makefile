@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo demo-reasoning test lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -18,6 +18,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/rlscale quickstart
+
+demo-reasoning: $(STAMP)
+	$(BIN)/rlscale quickstart reasoning
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -135,6 +135,28 @@ def test_eval_with_a_train_config(runner, model_dir, monkeypatch):
     assert_one_line_error(both, "--task", "--config")
 
 
+def test_eval_reasoning_config_reports_behaviour_and_lengths(runner, model_dir, monkeypatch):
+    """`--config configs/rlvr/reasoning.yaml` evaluates on its task, and --json carries the
+    behaviour counters, right/wrong lengths and per-difficulty figures the report uses."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    result = runner.invoke(app, ["rlvr", "eval", "--model", str(model_dir), "--config",
+                                 "configs/rlvr/reasoning.yaml", "--prompts", "6", "--samples",
+                                 "2", "--k", "1,2", "--max-new-tokens", "12", "--split", "ood",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["n"] == 6 and {"pass@1", "pass@2", "behaviour/guess", "behaviour/checks",
+                              "behaviour/no_answer"} <= set(row)
+    assert any(key.startswith("difficulty/") for key in row)
+    assert "length/wrong_mean" in row  # an untrained model is wrong
+
+
+def test_quickstart_unknown_recipe_is_one_line(runner, tmp_path):
+    result = runner.invoke(app, ["quickstart", "chess", "--out", str(tmp_path / "q")])
+    assert_one_line_error(result, "chess", "reasoning")
+    assert not (tmp_path / "q").exists()
+
+
 def test_eval_text_output(runner, model_dir):
     result = runner.invoke(app, ["rlvr", "eval", "--model", str(model_dir), "--task", "countdown",
                                  "--prompts", "5", "--k", "1,2"])

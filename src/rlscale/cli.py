@@ -71,13 +71,18 @@ def _threads() -> None:
 
 
 @app.command()
-def quickstart(out: Annotated[Path, typer.Option(help="where everything is written")] = Path(
-        "runs/quickstart")) -> None:
+def quickstart(
+        recipe: Annotated[str, typer.Argument(
+            help="arithmetic (answers of 3-4 characters) or reasoning (step-by-step traces)")
+        ] = "arithmetic",
+        out: Annotated[Path | None, typer.Option(
+            help="where everything is written (default runs/quickstart, runs/reasoning)")] = None
+) -> None:
     """Build a tiny model, SFT it, measure, improve it with GRPO, measure again."""
     from .rlvr.quickstart import run_quickstart
 
     _threads()
-    run_guarded(run_quickstart, out)
+    run_guarded(run_quickstart, out, recipe)
 
 
 @app.command("sft")
@@ -152,7 +157,8 @@ def eval_command(
         help="a train config: its task (name, options), prompt format and max_new_tokens")] = None,
     split: Annotated[str, typer.Option(
         help="test (held out by hash), train, or ood (arithmetic: one digit more than "
-             "training; countdown: one number more)")] = "test",
+             "training; countdown: one number more; long_arithmetic: a term with the digit 7, "
+             "which no training prompt has)")] = "test",
     seed: int = 0,
     prompts: Annotated[int, typer.Option(help="held-out prompts to evaluate")] = 500,
     samples: Annotated[int, typer.Option(help="samples per prompt (n)")] = 0,
@@ -209,9 +215,8 @@ def eval_command(
 
             plot_pass_at_k({str(model): result.pass_at}, plot_path)
         if as_json:
-            typer.echo(json.dumps({**{f"pass@{kk}": v for kk, v in result.pass_at.items()},
-                                   "n": result.n, "samples": result.samples,
-                                   "mean_length": result.mean_length}))
+            typer.echo(json.dumps({key: value for key, value in result.as_dict().items()
+                                   if key != "seconds"}))
         else:
             for kk, v in result.pass_at.items():
                 typer.echo(f"pass@{kk}: {v:.4f}")

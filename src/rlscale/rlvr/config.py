@@ -267,6 +267,9 @@ class SFTDataConfig(StrictModel):
         "from teacher.path per prompt (SFT on teacher samples, off-policy distillation)")
     examples: int = Field(20000, ge=1, description="demonstrations drawn from the train split")
     wrong_share: float = Field(0.0, ge=0, le=1, description="share of demonstrations corrupted")
+    answer_only: bool = Field(
+        False, description="the answer alone as the demonstration (the task's "
+        "direct_demonstration: no reasoning trace), the baseline a trace task is measured against")
     max_new_tokens: int = Field(8, ge=1, description="source teacher: the sampling budget")
     temperature: float = Field(1.0, gt=0, description="source teacher: the sampling temperature")
     seed: int = 0
@@ -292,6 +295,13 @@ class SFTConfig(StrictModel):
         "target's pi(y* | x)")
     steps: int = Field(1000, ge=1)
     batch_size: int = Field(128, ge=1)
+    pack: bool = Field(
+        False, description="pack several demonstrations per row (no padding): for traces of "
+        "very different lengths; off keeps the arithmetic quickstart's base bit-exact")
+    # float32 by default: the arithmetic quickstart's SFT is chaotic in float rounding and its
+    # documented base model is the fp32 one (see distill.target_logprobs).
+    compute_dtype: ComputeDtypeName = Field(
+        "float32", description=f"the matmuls of the SFT forward and backward: {COMPUTE_DTYPE_HELP}")
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     weight_decay: float = Field(0.0, ge=0)

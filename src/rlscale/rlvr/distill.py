@@ -15,6 +15,7 @@ on-policy distillation (`objective: opd`), whose student samples for itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -25,14 +26,16 @@ import torch
 from ..config import config_to_dict, dump_config
 from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
-from ..runtime.device import resolve_device
+from ..runtime.device import compute_context, resolve_compute_dtype, resolve_device
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
 from . import lora, objectives
 from .config import SFTConfig
+from .logprobs import completion_logprobs
 from .model import PromptFormatter, build_tiny_model, load_model, load_teacher
 from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
+from .trainer import build_policy_batch
 
 TEACHER_BATCH = 256  # prompts per teacher generate() call when sampling demonstrations
 
@@ -43,6 +46,10 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
     task = make_task(cfg.task.name, **cfg.task.options)
     if cfg.data.wrong_share > 0 and not hasattr(task, "corrupt"):
         raise ValueError(f"task '{task.name}' cannot make wrong demonstrations (no corrupt())")
+    if cfg.data.answer_only and not hasattr(task, "direct_demonstration"):
+        raise ValueError(f"task '{task.name}' has no answer-only demonstrations "
+                         "(no direct_demonstration()); data.answer_only needs a trace task")
+    demonstrate = task.direct_demonstration if cfg.data.answer_only else task.demonstration
     fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False,
                           cfg.model.system_prompt if cfg.model else None)
     rng = random.Random(f"sft:{cfg.data.seed}")
@@ -54,7 +61,7 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
     for _ in range(cfg.data.examples):
         ex = task.sample("train", rng)
         wrong = rng.random() < cfg.data.wrong_share
-        text = task.corrupt(ex, rng) if wrong else task.demonstration(ex, rng)
+        text = task.corrupt(ex, rng) if wrong else demonstrate(ex, rng)
         prompt = tokenizer(fmt(ex), add_special_tokens=False)["input_ids"]
         completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         pairs.append((prompt, completion))
@@ -92,6 +99,27 @@ def collate(pairs: list[tuple[list[int], list[int]]], pad_id: int):
         attention[i, : len(seq)] = 1
         labels[i, len(p): len(seq)] = torch.tensor(c)
     return ids, attention, labels
+
+
+def packed_target_logprobs(model, pairs: list[tuple[list[int], list[int]]], pad_id: int,
+                           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[B, T]` log-probs of each demonstration's completion tokens and their mask, with the
+    sequences packed several to a row (rlvr/layout.py, the trainer's forward): demonstrations
+    of very different lengths (reasoning traces) then cost their own tokens, not the
+    longest one's. The same values as `target_logprobs` up to float rounding."""
+    width = max(len(c) for _, c in pairs)
+    completions = torch.full((len(pairs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(pairs), width))
+    for i, (_, c) in enumerate(pairs):
+        completions[i, :len(c)] = torch.tensor(c)
+        mask[i, :len(c)] = 1
+    zeros = torch.zeros(len(pairs))
+    batch = build_policy_batch([p for p, _ in pairs], completions, mask, zeros,
+                               torch.zeros_like(mask), pad_id, policy_version=0)
+    batch = dataclasses.replace(batch, **{f: getattr(batch, f).to(device) for f in
+                                          ("input_ids", "attention_mask", "completion_ids", "mask")})
+    logp, _ = completion_logprobs(model, batch, pack=True)
+    return logp, batch.mask
 
 
 def target_logprobs(model, ids: torch.Tensor, attention: torch.Tensor,
@@ -140,6 +168,8 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
     device = resolve_device(cfg.device)
     model.to(device)
+    precision = resolve_compute_dtype(cfg.compute_dtype, device)
+    print(precision.describe())
     settings = cfg.model.lora if cfg.model is not None else None
     if settings is not None:
         model = lora.apply_lora(model, settings, cfg.seed)
@@ -165,22 +195,28 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
     try:
         for step in range(1, cfg.steps + 1):
             t0 = time.perf_counter()
-            ids, attention, labels = collate(rng.sample(pairs, min(cfg.batch_size, len(pairs))),
-                                             tokenizer.pad_token_id)
-            ids, attention, labels = ids.to(device), attention.to(device), labels.to(device)
-            logp, mask = target_logprobs(model, ids, attention, labels)
+            chosen = rng.sample(pairs, min(cfg.batch_size, len(pairs)))
+            with compute_context(device, precision.name):
+                if cfg.pack:
+                    logp, mask = packed_target_logprobs(model, chosen, tokenizer.pad_token_id,
+                                                        device)
+                else:
+                    ids, attention, labels = (t.to(device) for t in
+                                              collate(chosen, tokenizer.pad_token_id))
+                    logp, mask = target_logprobs(model, ids, attention, labels)
             loss, metrics = objectives.demonstration_loss(logp, mask, weight=weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
-            tokens = int((labels != -100).sum())
+            tokens = int(mask.sum())
             row = logger.log(step, {**{f"sft/{k}": v for k, v in metrics.items()},
                                     "sft/lr": scheduler.get_last_lr()[0],
                                     "sft/target_tokens": tokens,
-                                    "sft/prompt_tokens": int(attention.sum()) - tokens,
-                                    "throughput/tokens_per_s": tokens / (time.perf_counter() - t0)})
+                                    "sft/prompt_tokens": sum(len(p) for p, _ in chosen),
+                                    "throughput/tokens_per_s": tokens / (time.perf_counter() - t0),
+                                    **precision.metrics()})
             progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:

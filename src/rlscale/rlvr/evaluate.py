@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -12,6 +12,7 @@ from .model import PromptFormatter
 from .rewards import VerifierPool, score_completions
 from .rollout.sampler import SamplingParams, decode_completions, generate
 from .tasks import Task, examples
+from .trace_stats import behaviour_means, by_difficulty, length_by_outcome
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -34,11 +35,15 @@ class EvalResult:
     mean_length: float      # completion tokens, EOS included
     seconds: float
     per_prompt_correct: list[int]
+    # length/right_mean, length/wrong_mean, behaviour/<counter> (trace tasks) and
+    # difficulty/<level>/{accuracy,mean_length,share} (tasks with a difficulty): trace_stats
+    details: dict[str, float] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list, repr=False)  # the completions, prompt-major
 
     def as_dict(self) -> dict[str, float]:
         out: dict[str, float] = {f"pass@{k}": v for k, v in self.pass_at.items()}
         out.update(n=self.n, samples=self.samples, mean_length=self.mean_length,
-                   seconds=self.seconds)
+                   seconds=self.seconds, **self.details)
         return out
 
 
@@ -79,20 +84,26 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     generator = torch.Generator().manual_seed(seed)
     rewards: list[float] = []
-    total_length = 0
+    lengths: list[int] = []
+    texts: list[str] = []
     for lo in range(0, len(expanded), batch_size):
         chunk = expanded[lo: lo + batch_size]
         ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in chunk]
         rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
                            pad_token_id=tokenizer.pad_token_id, generator=generator)
-        texts = decode_completions(tokenizer, rollout)
-        scored = (verifiers.score(texts, chunk) if verifiers is not None
-                  else score_completions(task, texts, chunk))
+        chunk_texts = decode_completions(tokenizer, rollout)
+        scored = (verifiers.score(chunk_texts, chunk) if verifiers is not None
+                  else score_completions(task, chunk_texts, chunk))
         rewards.extend(scored.rewards)
-        total_length += int(rollout.lengths.sum())
+        lengths.extend(rollout.lengths.tolist())
+        texts.extend(chunk_texts)
     correct = [sum(r > 0.5 for r in rewards[i * samples:(i + 1) * samples])
                for i in range(len(items))]
     pass_at = {k: sum(pass_at_k(samples, c, k) for c in correct) / len(items) for k in ks}
+    right = [r > 0.5 for r in rewards]
+    details = {**length_by_outcome(lengths, right), **behaviour_means(task, texts, expanded),
+               **by_difficulty(task, expanded, lengths, right)}
     return EvalResult(pass_at=pass_at, n=len(items), samples=samples,
-                      mean_length=total_length / max(len(expanded), 1),
-                      seconds=time.perf_counter() - start, per_prompt_correct=correct)
+                      mean_length=sum(lengths) / max(len(expanded), 1),
+                      seconds=time.perf_counter() - start, per_prompt_correct=correct,
+                      details=details, texts=texts)

@@ -52,6 +52,7 @@ from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
 from .rollout.sampler import SamplingParams, decode_completions, generate
 from .tasks import Task, make_task
+from .trace_stats import behaviour_means, length_by_outcome
 from .trainer import PolicyTrainer, build_policy_batch
 
 # A step with any of these not finite is undone and counted (see runtime/health.py). The
@@ -327,6 +328,11 @@ class RLVRRun:
             **lag_stats, **length_stats,
             **{f"reward/{name}": float(values.mean()) for name, values in group.reward_terms.items()},
         })
+        # What the completions did: right vs wrong length, the task's behaviour counters.
+        right = (group.rewards > 0.5).tolist()
+        metrics.update(length_by_outcome(r.lengths.tolist(), right))
+        metrics.update(behaviour_means(self.task, group.texts,
+                                       [ex for ex in group.examples for _ in range(size)]))
         if group.first_error:
             metrics["reward/first_error"] = group.first_error
         return metrics

@@ -30,16 +30,23 @@ def plot_pass_at_k(curves: dict[str, dict[int, float]], out: str | Path,
     return save_figure(fig, out)
 
 
-def plot_training(run_dirs: dict[str, str | Path], keys: list[str], out: str | Path) -> Path:
-    """One panel per metric key against step, one line per run."""
+def plot_training(run_dirs: dict[str, str | Path], keys: list[str | tuple[str, ...]],
+                  out: str | Path) -> Path:
+    """One panel per metric key (or tuple of keys sharing a panel) against step, one line
+    per run and key."""
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.5), squeeze=False)
-    for ax, key in zip(axes[0], keys, strict=True):
+    for ax, panel in zip(axes[0], keys, strict=True):
+        panel_keys = (panel,) if isinstance(panel, str) else panel
         for label, run_dir in run_dirs.items():
-            rows = [r for r in read_metrics(run_dir) if isinstance(r.get(key), int | float)]
-            if rows:
-                ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=label)
-        ax.set_title(key)
+            metrics = read_metrics(run_dir)
+            for key in panel_keys:
+                rows = [r for r in metrics if isinstance(r.get(key), int | float)]
+                if rows:
+                    name = label if len(panel_keys) == 1 else f"{label} {key.split('/')[-1]}"
+                    ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=name)
+        ax.set_title(" vs ".join(panel_keys))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return save_figure(fig, out, dpi=110)

@@ -1,8 +1,19 @@
-"""`rlscale quickstart`: tiny model -> SFT base -> measure -> GRPO -> measure -> table."""
+"""`rlscale quickstart [arithmetic|reasoning]`: a model built here -> SFT base -> measure ->
+GRPO -> measure -> a before/after table, plots, and the paths of everything written.
+
+`arithmetic` (the default) learns to add: answers of 3-4 characters. `reasoning` learns
+long chains of additions and subtractions from imperfect step-by-step traces
+(`long_arithmetic`), and the table shows what RL changed in how the model works them out:
+pass@1/pass@8 on held-out and rule-change (ood) prompts, the length of right and of wrong
+completions, the behaviour counters of the traces, and length and accuracy per difficulty.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -11,70 +22,220 @@ from rich.table import Table
 from ..config import load_config
 from .config import RLVRConfig, SFTConfig
 from .distill import sft
-from .evaluate import evaluate
+from .evaluate import EvalResult, evaluate
 from .loop import train
 from .model import load_model
 from .plots import plot_pass_at_k, plot_training
-from .tasks import make_task
+from .tasks import examples, make_task
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
 
 
-def run_quickstart(out: str | Path = "runs/quickstart") -> dict[str, dict[str, float]]:
-    out = Path(out)
-    console = Console()
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    sft_config: str               # under configs/rlvr/
+    rl_config: str
+    splits: tuple[str, ...]       # measured before and after
+    samples: int                  # per prompt
+    ks: tuple[int, ...]
+    prompts: int = 500
+    default_out: str = "runs/quickstart"
+
+
+RECIPES = {
+    "arithmetic": Recipe("arithmetic", "quickstart_sft.yaml", "quickstart.yaml", ("test",), 4,
+                         (1, 4)),
+    "reasoning": Recipe("reasoning", "reasoning_sft.yaml", "reasoning.yaml", ("test", "ood"), 8,
+                        (1, 8), default_out="runs/reasoning"),
+}
+# The behaviour counters the reasoning table shows (behaviour/<name>, means per completion).
+COUNTERS = ("guess", "steps", "combined_steps", "checks", "backtracks", "wrong_steps")
+
+
+@dataclass
+class QuickstartRun:
+    recipe: Recipe
+    out: Path
+    base_path: Path
+    final_path: Path
+    task_name: str
+    rl_steps: int
+    temperature: float
+    before: dict[str, EvalResult]   # by split
+    after: dict[str, EvalResult]
+    sft_seconds: float
+    grpo_seconds: float
+    total_seconds: float
+
+
+def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic"
+                   ) -> dict[str, dict[str, float]]:
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown quickstart '{recipe}' (known: {', '.join(RECIPES)})")
+    chosen = RECIPES[recipe]
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    run = _sft_measure_grpo_measure(chosen, Path(out or chosen.default_out), console)
+    (_arithmetic_report if recipe == "arithmetic" else _reasoning_report)(run, console)
+    return {"before": run.before["test"].as_dict(), "after": run.after["test"].as_dict()}
+
+
+def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console) -> QuickstartRun:
     if (out / "grpo" / "checkpoints").exists():
         raise FileExistsError(f"{out} already holds a quickstart run; pass another --out or delete it")
     t_start = time.perf_counter()
-
-    sft_cfg = load_config(SFTConfig, CONFIGS / "quickstart_sft.yaml",
+    sft_cfg = load_config(SFTConfig, CONFIGS / recipe.sft_config,
                           [f"out={out / 'base'}", f"run_dir={out / 'sft'}"])
-    console.rule("[bold]1/4  base model: tiny Llama, supervised fine-tuning on demonstrations")
+    console.rule(f"[bold]1/4  base model: {sft_cfg.init_preset} Llama, supervised "
+                 f"fine-tuning on {sft_cfg.task.name} demonstrations")
     t0 = time.perf_counter()
     base_path = sft(sft_cfg)
     sft_seconds = time.perf_counter() - t0
 
-    rl_cfg = load_config(RLVRConfig, CONFIGS / "quickstart.yaml",
+    rl_cfg = load_config(RLVRConfig, CONFIGS / recipe.rl_config,
                          [f"model.path={base_path}", f"run_dir={out / 'grpo'}"])
     task = make_task(rl_cfg.task.name, **rl_cfg.task.options)
-    eval_kwargs = dict(split="test", seed=rl_cfg.eval.seed, prompts=500, samples=4, ks=(1, 4),
-                       max_new_tokens=rl_cfg.rollout.max_new_tokens,
-                       temperature=rl_cfg.eval.temperature)
+
+    def measure(path: Path) -> dict[str, EvalResult]:
+        model, tokenizer = load_model(path)
+        results = {split: evaluate(model, tokenizer, task, split=split, seed=rl_cfg.eval.seed,
+                                   prompts=recipe.prompts, samples=recipe.samples, ks=recipe.ks,
+                                   max_new_tokens=rl_cfg.rollout.max_new_tokens,
+                                   temperature=rl_cfg.eval.temperature)
+                   for split in recipe.splits}
+        console.print("  ".join(f"{split} pass@1 {r.pass_at[1]:.3f}" for split, r in results.items()))
+        return results
 
     console.rule("[bold]2/4  measure the base model on held-out prompts")
-    model, tokenizer = load_model(base_path)
-    before = evaluate(model, tokenizer, task, **eval_kwargs)
-    console.print(f"base pass@1 {before.pass_at[1]:.3f}")
-
+    before = measure(base_path)
     console.rule(f"[bold]3/4  GRPO ({rl_cfg.objective}) against the {task.name} verifier")
     t0 = time.perf_counter()
     final_path = train(rl_cfg)
     grpo_seconds = time.perf_counter() - t0
-
     console.rule("[bold]4/4  measure the trained model")
-    model, tokenizer = load_model(final_path)
-    after = evaluate(model, tokenizer, task, **eval_kwargs)
+    after = measure(final_path)
+    return QuickstartRun(recipe, out, base_path, final_path, task.name, rl_cfg.train.steps,
+                         rl_cfg.eval.temperature, before, after, sft_seconds, grpo_seconds,
+                         time.perf_counter() - t_start)
 
+
+def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
+    before, after, out = run.before["test"], run.after["test"], run.out
     plots = out / "plots"
     plot_pass_at_k({"base (SFT)": before.pass_at, "GRPO": after.pass_at}, plots / "pass_at_k.png",
-                   title=f"{task.name}: held-out pass@k")
+                   title=f"{run.task_name}: held-out pass@k")
     plot_training({"grpo": out / "grpo"}, ["reward/mean", "policy/entropy", "length/mean"],
                   plots / "training.png")
 
-    table = Table(title=f"rlscale quickstart: {task.name}, {before.n} held-out prompts x "
-                        f"{before.samples} samples (temperature {rl_cfg.eval.temperature})")
+    table = Table(title=f"rlscale quickstart: {run.task_name}, {before.n} held-out prompts x "
+                        f"{before.samples} samples (temperature {run.temperature})")
     for col in ("model", "pass@1", "pass@4", "mean length", "train wall time"):
         table.add_column(col, justify="right" if col != "model" else "left")
     table.add_row("base (SFT)", f"{before.pass_at[1]:.3f}", f"{before.pass_at[4]:.3f}",
-                  f"{before.mean_length:.2f}", f"{sft_seconds:.0f}s")
-    table.add_row(f"GRPO ({rl_cfg.train.steps} steps)", f"{after.pass_at[1]:.3f}",
-                  f"{after.pass_at[4]:.3f}", f"{after.mean_length:.2f}", f"{grpo_seconds:.0f}s")
+                  f"{before.mean_length:.2f}", f"{run.sft_seconds:.0f}s")
+    table.add_row(f"GRPO ({run.rl_steps} steps)", f"{after.pass_at[1]:.3f}",
+                  f"{after.pass_at[4]:.3f}", f"{after.mean_length:.2f}", f"{run.grpo_seconds:.0f}s")
     console.print(table)
     console.print(f"pass@1 change: {100 * (after.pass_at[1] - before.pass_at[1]):+.1f} points; "
-                  f"total {time.perf_counter() - t_start:.0f}s")
-    console.print(f"base model:     {base_path}\nGRPO run:       {out / 'grpo'} "
-                  f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {final_path}\n"
+                  f"total {run.total_seconds:.0f}s")
+    console.print(f"base model:     {run.base_path}\nGRPO run:       {out / 'grpo'} "
+                  f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
                   f"plots:          {plots}\n"
-                  f"re-measure:     rlscale rlvr eval --model {final_path} --task {task.name} "
-                  f"--samples 4 --k 1,4")
-    return {"before": before.as_dict(), "after": after.as_dict()}
+                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --task "
+                  f"{run.task_name} --samples 4 --k 1,4")
+
+
+def _reasoning_report(run: QuickstartRun, console: Console) -> None:
+    out, recipe = run.out, run.recipe
+    k_hi = max(recipe.ks)
+    plots = out / "plots"
+    plot_pass_at_k({f"{label} {split}": result.pass_at
+                    for label, results in (("base", run.before), ("GRPO", run.after))
+                    for split, result in results.items()},
+                   plots / "pass_at_k.png", title=f"{run.task_name}: pass@k")
+    plot_training({"grpo": out / "grpo"},
+                  ["reward/mean", "eval/pass@1", ("length/right_mean", "length/wrong_mean"),
+                   "policy/entropy"], plots / "training.png")
+
+    results = (("base", run.before), ("GRPO", run.after))
+    table = Table(title=f"rlscale quickstart reasoning: {run.task_name}, {recipe.prompts} "
+                        f"prompts x {recipe.samples} samples per split (temperature "
+                        f"{run.temperature}); lengths in tokens")
+    for col in ("model", "split", "pass@1", f"pass@{k_hi}", "length", "right", "wrong"):
+        table.add_column(col, justify="left" if col in ("model", "split") else "right")
+    for label, by_split in results:
+        for split, r in by_split.items():
+            d = r.details
+            table.add_row(label, split, f"{r.pass_at[1]:.3f}", f"{r.pass_at[k_hi]:.3f}",
+                          f"{r.mean_length:.1f}", _fmt(d.get("length/right_mean")),
+                          _fmt(d.get("length/wrong_mean")))
+    console.print(table)
+    counters = Table(title="what the traces do: behaviour counters, means per completion")
+    for col in ("model", "split", *COUNTERS):
+        counters.add_column(col.replace("_", " "),
+                            justify="left" if col in ("model", "split") else "right")
+    for label, by_split in results:
+        for split, r in by_split.items():
+            counters.add_row(label, split, *(f"{r.details.get(f'behaviour/{c}', 0.0):.2f}"
+                                             for c in COUNTERS))
+    console.print(counters)
+
+    levels = sorted({int(key.split("/")[1]) for key in run.before["test"].details
+                     if key.startswith("difficulty/")})
+    by_level = Table(title="test split by difficulty (terms): accuracy and mean length, "
+                           "base -> GRPO")
+    for col in ("terms", "share", "accuracy", "mean length"):
+        by_level.add_column(col, justify="right")
+    b, a = run.before["test"].details, run.after["test"].details
+    for level in levels:
+        key = f"difficulty/{level}"
+        by_level.add_row(str(level), f"{b[f'{key}/share']:.2f}",
+                         f"{b[f'{key}/accuracy']:.3f} -> {a[f'{key}/accuracy']:.3f}",
+                         f"{b[f'{key}/mean_length']:.1f} -> {a[f'{key}/mean_length']:.1f}")
+    console.print(by_level)
+    for split in recipe.splits:
+        change = run.after[split].pass_at[1] - run.before[split].pass_at[1]
+        console.print(f"{split} pass@1 change: {100 * change:+.1f} points")
+    console.print(f"total {run.total_seconds:.0f}s (SFT {run.sft_seconds:.0f}s, GRPO "
+                  f"{run.rl_steps} steps {run.grpo_seconds:.0f}s, the rest measuring)")
+    summary = {"total_seconds": run.total_seconds, "sft_seconds": run.sft_seconds,
+               "grpo_seconds": run.grpo_seconds,
+               **{f"{label}/{split}": r.as_dict()
+                  for label, results in (("base", run.before), ("grpo", run.after))
+                  for split, r in results.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _write_completions(run, out / "completions.md")
+    console.print(f"base model:     {run.base_path}\nGRPO run:       {out / 'grpo'} "
+                  f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
+                  f"plots:          {plots}\nfigures:        {out / 'summary.json'}; "
+                  f"completions before/after: {out / 'completions.md'}\n"
+                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --config "
+                  f"configs/rlvr/{recipe.rl_config} --samples {recipe.samples} --k "
+                  f"{','.join(map(str, recipe.ks))} --json")
+
+
+def _write_completions(run: QuickstartRun, path: Path, per_level: tuple[int, ...] = (2, 4, 6)
+                       ) -> None:
+    """The first sample of the same held-out prompts before and after RL: the first test
+    prompt with each of `per_level` terms."""
+    task = make_task(run.task_name)
+    items = examples(task, "test", 0, run.recipe.prompts)
+    samples = run.recipe.samples
+    lines = [f"# {run.task_name}: completions of the same held-out prompts, before and after "
+             "GRPO\n", "First sample of each prompt (temperature "
+             f"{run.temperature}); `reward` is the verifier's.\n"]
+    for level in per_level:
+        index = next((i for i, ex in enumerate(items) if ex.meta.get("terms") == level), None)
+        if index is None:
+            continue
+        ex = items[index]
+        lines.append(f"## `{ex.prompt}` (answer {ex.answer})\n")
+        for label, results in (("base (SFT)", run.before), ("GRPO", run.after)):
+            text = results["test"].texts[index * samples]
+            reward = task.verify(text, ex)
+            lines.append(f"{label}, reward {reward:.0f}:\n\n```\n{text}\n```\n")
+    path.write_text("\n".join(lines))
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

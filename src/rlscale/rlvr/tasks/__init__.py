@@ -1,6 +1,6 @@
 """Tasks and the registry `make_task(name, **options)`.
 
-Built-in: `arithmetic`, `countdown`. Sources by prefix: `reasoning_gym:<dataset>`,
+Built-in: `arithmetic`, `countdown`, `long_arithmetic` (reasoning traces). Sources by prefix: `reasoning_gym:<dataset>`,
 `jsonl:<path>`, `parquet:<path>`, `hf:<folder>` (a `datasets` folder from `save_to_disk`).
 """
 
@@ -11,8 +11,10 @@ from typing import Any
 from .arithmetic import ArithmeticTask
 from .base import ChatMessage, Example, Task, TaskOptionError, examples, split_of
 from .countdown import CountdownTask
+from .long_arithmetic import LongArithmeticTask
 
-TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "countdown": CountdownTask}
+TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "countdown": CountdownTask,
+                          "long_arithmetic": LongArithmeticTask}
 SOURCES = ("reasoning_gym", "jsonl", "parquet", "hf")
 
 
@@ -48,4 +50,4 @@ def _make_source(source: str, target: str, options: dict[str, Any]) -> Task:
 
 
 __all__ = ["ChatMessage", "Example", "Task", "TASKS", "make_task", "examples", "split_of",
-           "ArithmeticTask", "CountdownTask", "TaskOptionError", "UnknownTaskError"]
+           "ArithmeticTask", "CountdownTask", "LongArithmeticTask", "TaskOptionError", "UnknownTaskError"]

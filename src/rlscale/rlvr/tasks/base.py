@@ -73,7 +73,7 @@ def check_split(task: str, split: str, *, ood: bool = False) -> None:
     """Raise a one-line TaskOptionError unless `task` has `split` (`ood`: it has an ood split)."""
     if split == OOD and not ood:
         raise TaskOptionError(f"task '{task}' has no '{OOD}' split (it has {', '.join(SPLITS)}; "
-                              "arithmetic and countdown have one)")
+                              "arithmetic, countdown and long_arithmetic have one)")
     if split not in EVAL_SPLITS:
         raise TaskOptionError(f"unknown split '{split}' for task '{task}' "
                               f"(known: {', '.join(EVAL_SPLITS)})")
