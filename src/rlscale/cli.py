@@ -29,9 +29,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _run_failures() -> tuple[type[BaseException], ...]:
+    from .runtime.fleet import FleetError
     from .runtime.health import NonFiniteError
 
-    return (NonFiniteError,)  # the run itself failed (not a usage error): exit status 1
+    # the run itself failed (not a usage error): exit status 1; a fleet that cannot start
+    # (FleetUnavailable) is a ValueError, caught first as a usage error
+    return (NonFiniteError, FleetError)
 
 
 def fail(message: str, status: int = 2) -> None:
@@ -56,6 +59,14 @@ def run_guarded(fn, *args, **kwargs):
         if os.environ.get("RLSCALE_DEBUG"):
             raise
         fail(_first_line(exc), status=1)
+
+
+def _interrupted(run_dir: str | Path, command: list[str]) -> None:
+    """Ctrl-C: where the run stopped and how to go on (exit status 130, as shells expect)."""
+    from .runtime.rundir import resume_hint
+
+    typer.echo(resume_hint(run_dir, command), err=True)
+    raise typer.Exit(130)
 
 
 def _threads() -> None:
@@ -141,9 +152,12 @@ def train_command(
     def go():
         cfg = load_config(RLVRConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
-        path = train(cfg, resume=resume, overwrite=overwrite,
-                     allow_config_change=allow_config_change)
-        typer.echo(f"final model written to {path}")
+        try:
+            path = train(cfg, resume=resume, overwrite=overwrite,
+                         allow_config_change=allow_config_change)
+        except KeyboardInterrupt:
+            _interrupted(cfg.run_dir, ["rlscale", "rlvr", "train", str(config), *(overrides or [])])
+        typer.echo(f"final model: {path}")
 
     _threads()
     run_guarded(go)

@@ -19,7 +19,10 @@ class ConfigError(ValueError):
 
 
 class StrictModel(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: a weight, rate or budget of nan/inf is an error naming the field,
+    # not a run that skips every update and exits 0.
+    model_config = pydantic.ConfigDict(extra="forbid", validate_assignment=True,
+                                       allow_inf_nan=False)
 
 
 M = TypeVar("M", bound=StrictModel)
@@ -162,6 +165,10 @@ def load_config(
         item = _blamed_override(err, overrides)
         source = (f"command line ({item[:60]!r})" if item is not None
                   else str(path) if path is not None else "config")
+        if item is None and overrides and not err.errors()[0]["loc"]:
+            # a rule across fields: the file and the command line together broke it
+            shown = ", ".join(repr(o[:40]) for o in overrides[:3])
+            source = f"{source} with the command line ({shown}{', ...' if len(overrides) > 3 else ''})"
         raise ConfigError(_format_error(err, source)) from None
 
 

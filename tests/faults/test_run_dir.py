@@ -68,6 +68,42 @@ def test_fresh_train_into_a_finished_run_without_checkpoints_is_refused(tmp_path
     assert steps_of(run) == [1, 2]
 
 
+def test_a_failed_first_start_is_taken_over_by_the_same_command(tmp_path, tiny_model_dir):
+    """A start that failed before its first step left config.yaml (and empty logs): the same
+    command starts over with a notice. A run that completed a step stays protected."""
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 1},
+                      checkpoint={"every": 0})
+    run.mkdir()
+    (run / "config.yaml").write_text("what a failed start wrote\n")
+    (run / "tb").mkdir()
+    result = invoke("rlvr", "train", cfg)
+    assert result.exit_code == 0, result.output
+    assert "never completed a step" in result.stderr and "error" not in result.stderr
+    assert steps_of(run) == [1] and (run / "final").is_dir()
+    # the completed run is protected again
+    one_line_error(invoke("rlvr", "train", cfg), "--resume", "--overwrite")
+    # progress is any of: a metrics line, a checkpoint, a model
+    for made in ("metrics.jsonl", "checkpoints/step_000001", "final"):
+        probe = tmp_path / f"probe_{made.replace('/', '_')}"
+        (probe / "tb").mkdir(parents=True)
+        (probe / "config.yaml").write_text("x\n")
+        target = probe / made
+        if made.endswith(".jsonl"):
+            target.write_text('{"step": 1}\n')
+        else:
+            target.mkdir(parents=True)
+        with pytest.raises(rundir.RunDirError, match="already holds a run"):
+            rundir.prepare_run_dir(probe)
+        assert target.exists()
+    # leftovers of a killed atomic write are not progress
+    empty = tmp_path / "empty_start"
+    (empty / "checkpoints" / ".tmp-step_000001").mkdir(parents=True)
+    (empty / "config.yaml").write_text("x\n")
+    rundir.prepare_run_dir(empty).release()
+    assert not (empty / "config.yaml").exists()
+
+
 def test_run_dir_with_foreign_files_and_unwritable_run_dir(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
     run.mkdir()

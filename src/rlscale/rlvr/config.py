@@ -188,7 +188,7 @@ RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "trai
                       "train.post_update_stats_every", "train.micro_batch_size",
                       "train.micro_batch_tokens", "train.pack", "train.gradient_checkpointing",
                       "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",
-                      "runtime.address", "runtime.worker_threads")
+                      "runtime.address", "runtime.connect_timeout_s", "runtime.worker_threads")
 
 
 class RuntimeConfig(StrictModel):
@@ -204,10 +204,19 @@ class RuntimeConfig(StrictModel):
         1, ge=0, description="no token trained on is more than k versions older than the weights")
     address: str | None = Field(
         None, description="a Ray cluster to join (host:port or ray://...); None: embedded Ray")
+    connect_timeout_s: float = Field(
+        30.0, gt=0, description="how long to wait for the cluster at `address` to answer")
     worker_threads: int = Field(1, ge=1, description="torch threads per inference worker")
     call_budget_s: float = Field(
         0.05, gt=0, description="decode time per worker call (how often weights/requests flow)")
     max_worker_restarts: int = Field(10, ge=0)
+
+
+# Keys that only the asynchronous fleets read (runtime.mode async / inflight).
+FLEET_ONLY_FIELDS = {"rollout": ("engine", "dtype", "slots", "recompute_cache_on_update"),
+                     "runtime": ("inference_workers", "max_staleness", "address",
+                                 "connect_timeout_s", "worker_threads", "call_budget_s",
+                                 "max_worker_restarts")}
 
 
 class RLVRConfig(StrictModel):
@@ -249,6 +258,19 @@ class RLVRConfig(StrictModel):
             raise ValueError(f"teacher.path is set but objective '{self.objective}' does not use "
                              "a teacher (use objective opd, or loss.teacher_weight > 0)")
         return self
+
+    def inert_fleet_fields(self) -> list[str]:
+        """Keys set away from their defaults that only the asynchronous fleets read, when
+        this run is synchronous (they would do nothing: a warning names them)."""
+        if self.runtime.mode != "sync":
+            return []
+        inert = []
+        for section, names in FLEET_ONLY_FIELDS.items():
+            part = getattr(self, section)
+            for name in names:
+                if getattr(part, name) != type(part).model_fields[name].default:
+                    inert.append(f"{section}.{name}={getattr(part, name)}")
+        return inert
 
     def resolved_objective(self) -> Objective:
         """The preset with this config's `loss.*` overrides; `norm_length` None becomes

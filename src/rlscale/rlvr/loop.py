@@ -9,9 +9,11 @@ the learner side.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import queue
 import random
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,7 +29,7 @@ from ..runtime.device import (
     resolve_compute_dtype,
     resolve_device,
 )
-from ..runtime.fleet import ray_session
+from ..runtime.fleet import check_reachable, import_ray, ray_session
 from ..runtime.health import (
     NonFiniteError,
     NonFiniteGuard,
@@ -113,6 +115,24 @@ def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
     return rewards, stats
 
 
+def preflight(cfg: RLVRConfig) -> None:
+    """What a run needs that is not there, as one line before anything is written or Ray
+    starts: the fleets' packages; and a warning for keys that do nothing in this mode."""
+    inert = cfg.inert_fleet_fields()
+    if inert:
+        print(f"warning: runtime.mode is sync; {', '.join(inert)} only apply to runtime.mode "
+              "async or inflight and do nothing here", file=sys.stderr, flush=True)
+    if cfg.runtime.mode == "sync":
+        return
+    import_ray()  # a FleetUnavailable naming the extra to install
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("rollout.engine=vllm needs the vllm package, which this Python "
+                         f"({sys.executable}) does not have; vLLM lives in its own venv "
+                         "(docs/async.md), or use rollout.engine=native")
+    if cfg.runtime.address:
+        check_reachable(cfg.runtime.address, cfg.runtime.connect_timeout_s)
+
+
 class RLVRRun:
     """One training run in `cfg.run_dir`, fresh or resumed from its last checkpoint."""
 
@@ -121,6 +141,7 @@ class RLVRRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.device = resolve_device(cfg.device)  # before the run directory: a bad one costs nothing
+        preflight(cfg)
         if cfg.train.threads:  # before the precision probe: it measures at this thread count
             torch.set_num_threads(cfg.train.threads)
         self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device)
@@ -370,6 +391,7 @@ class RLVRRun:
             if self.cfg.runtime.mode == "sync":
                 return self._train()
             with ray_session(self.cfg.runtime.address,
+                             connect_timeout_s=self.cfg.runtime.connect_timeout_s,
                              num_cpus=max(os.cpu_count() or 1, self.cfg.runtime.inference_workers)):
                 self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                            start_version=self.trainer.version,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -42,6 +43,49 @@ class CheckpointError(ValueError):
     """No usable checkpoint where one was expected; one line naming why."""
 
 
+class WriteError(ValueError):
+    """A checkpoint, model or metrics file could not be written (a full disk, a read-only
+    file system, no permission); one line naming the path and the space it needs."""
+
+
+# Errors of a write that the user can fix (space, permissions), whatever layer raised them:
+# torch.save reports a full disk as RuntimeError("[enforce fail at inline_container.cc...]
+# ... file write failed"), safetensors and the json writer as OSError.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG}
+_WRITE_FAILURE_TEXT = ("file write failed", "no space left", "inline_container", "disk quota",
+                       "read-only file system", "permission denied")
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why `exc` is a failed write the user can fix (e.g. 'No space left on device'), else
+    None (a bug or an interrupt, to be raised as it is)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            return exc.strerror or os.strerror(exc.errno)
+        text = str(exc).lower()
+        if isinstance(exc, RuntimeError | OSError) and any(t in text for t in _WRITE_FAILURE_TEXT):
+            return "no space left on device" if "inline_container" in text or "write failed" in \
+                text else text.splitlines()[0][:80]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def write_error(path: Path, reason: str, needs_bytes: int, kept: str) -> WriteError:
+    try:
+        free = shutil.disk_usage(path.parent if not path.exists() else path).free
+        space = f"{free / 2**20:.0f} MiB free there"
+    except OSError:
+        space = "free space unknown"
+    need = f", about {needs_bytes / 2**20:.0f} MiB needed" if needs_bytes else ""
+    return WriteError(f"cannot write {path}: {reason} ({space}{need}); {kept}")
+
+
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"{STEP_PREFIX}{step:06d}"
 
@@ -79,8 +123,14 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     so `latest_checkpoint` only ever sees complete checkpoints.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    except OSError as exc:
+        reason = write_failure(exc)
+        if reason is None:
+            raise
+        raise write_error(path, reason, 0, "nothing was changed") from None
     try:
         yield tmp
         fault_point("checkpoint-write")
@@ -97,9 +147,19 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        reason = write_failure(exc)
+        # What the write would need: a sibling of the same kind (the previous checkpoint),
+        # else what it had written when it failed.
+        siblings = [p for p in path.parent.iterdir() if p.is_dir() and p != tmp
+                    and p.name.startswith(STEP_PREFIX)] if reason else []
+        needs = max([_tree_bytes(tmp)] + [_tree_bytes(p) for p in siblings[-1:]]) if reason else 0
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        if reason is None:
+            raise
+        kept = (f"the previous copy of {path.name} is kept" if path.exists() else
+                "earlier checkpoints are kept") + "; free space, then run again with --resume"
+        raise write_error(path, reason, needs, kept) from None
 
 
 def safetensors_problem(path: Path) -> str | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,22 +25,52 @@ class FleetError(RuntimeError):
     """The fleet cannot go on (Ray missing, a cluster unreachable, restarts exhausted)."""
 
 
+class FleetUnavailable(FleetError, ValueError):
+    """The fleet cannot start: Ray is missing or the cluster does not answer. A setup error
+    (the commands' exit status 2, like a bad config), not a run that failed."""
+
+
 def import_ray():
     try:
         import ray
     except ImportError:
-        raise FleetError("the fleets (rlvr runtime.mode async/inflight, zero runtime.actors > 0) "
+        raise FleetUnavailable("the fleets (rlvr runtime.mode async/inflight, zero runtime.actors > 0) "
                          "need Ray: pip install 'rlscale[ray]'") from None
     return ray
 
 
+def check_reachable(address: str, timeout_s: float) -> None:
+    """A one-line FleetError unless a TCP connection to the address's `host:port` opens
+    within `timeout_s`: Ray itself retries an unreachable cluster forever. Addresses
+    without a port (`auto`) are left to Ray."""
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)),
+                                          timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise FleetUnavailable(
+                    f"the Ray cluster at {address} is not reachable ({exc.strerror or exc}) "
+                    f"after {timeout_s:g} s (runtime.connect_timeout_s); is it running?") from None
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
 @contextlib.contextmanager
-def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
+def ray_session(address: str | None = None, *, num_cpus: int | None = None,
+                connect_timeout_s: float = 30.0) -> Iterator[Any]:
     """`ray.init()` for the duration of the block and `ray.shutdown()` after it, whatever
     happens. No address: an embedded local cluster whose files live in a temporary folder
     removed at the end (Ray's own default is a folder in /tmp that outlives the run);
-    an address (`ray://...` or `host:port`): join that cluster."""
+    an address (`ray://...` or `host:port`): join that cluster, once it answers within
+    `connect_timeout_s`."""
     ray = import_ray()
+    if address and not ray.is_initialized():
+        check_reachable(address, connect_timeout_s)
     if ray.is_initialized():  # a caller (a test, a notebook) already owns a session
         yield ray
         return

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import write_error, write_failure
 from .trackers import Tracker
 
 
@@ -47,7 +48,14 @@ class MetricsLogger:
                             keep.append(line)
                     except json.JSONDecodeError:
                         continue  # a line torn by a kill mid-write
-            self.path.write_text("".join(f"{line}\n" for line in keep))
+            # Written beside and swapped in: a full disk mid-write must not cost the old lines.
+            tmp = self.path.with_name(f".tmp-metrics-{os.getpid()}.jsonl")
+            try:
+                tmp.write_text("".join(f"{line}\n" for line in keep))
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise self._write_error(exc) from None
         self._file = open(self.path, "a", buffering=1)
         self._tb = None
         if tensorboard:
@@ -56,10 +64,20 @@ class MetricsLogger:
             self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=(
                 resume_step + 1 if resume_step is not None else None))
 
+    def _write_error(self, exc: OSError) -> BaseException:
+        reason = write_failure(exc)
+        if reason is None:
+            return exc
+        return write_error(self.path, reason, 0, "the lines before are kept; free space, then "
+                           "run again with --resume")
+
     def log(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            raise self._write_error(exc) from None
         scalars = {k: v for k, v in row.items() if k != "step" and _scalar(v)}
         if self._tb is not None:
             for key, value in scalars.items():

@@ -64,6 +64,7 @@ def _sample(names: Iterable[str], limit: int = 3) -> str:
 class RunDirContents:
     ours: frozenset[str]      # entries rlscale writes in a run directory
     foreign: frozenset[str]   # everything else (never touched)
+    progressed: bool = False  # a checkpoint, a metrics line or a model: the run did work
 
     @property
     def started(self) -> bool:
@@ -74,7 +75,20 @@ def inspect_run_dir(run_dir: Path, extra_entries: Iterable[str] = ()) -> RunDirC
     known = RUN_ENTRIES | set(extra_entries)
     names = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
     names = {n for n in names if not _leftover(n)}
-    return RunDirContents(frozenset(names & known), frozenset(names - known))
+    ours = frozenset(names & known)
+    return RunDirContents(ours, frozenset(names - known), _progressed(run_dir, ours))
+
+
+def _progressed(run_dir: Path, ours: frozenset[str]) -> bool:
+    """Whether the run in `run_dir` completed any work: a final model or another model entry
+    of the loop's (e.g. SFT's output), a checkpoint, or a line of metrics."""
+    if ours - (RUN_ENTRIES - {"final"}):
+        return True
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_dir() and any(not _leftover(p.name) for p in checkpoints.iterdir()):
+        return True
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.is_file() and metrics.stat().st_size > 0
 
 
 def _make_dir(path: Path, what: str) -> None:
@@ -170,14 +184,20 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool = False, overwrite: boo
         raise RunDirError(
             f"run directory {run_dir} holds files rlscale did not write "
             f"({_sample(contents.foreign)}); choose a new or empty folder")
-    if contents.started and not (resume or overwrite):
+    # A start that failed before completing a step (e.g. a missing package) left only its
+    # config and empty logs: nothing a user needs protecting, so the same command starts over.
+    takeover = contents.started and not contents.progressed and not (resume or overwrite)
+    if contents.started and not (resume or overwrite or takeover):
         raise RunDirError(
             f"run directory {run_dir} already holds a run; pass --resume to continue it, "
             "--overwrite to replace it, or choose another folder")
     _make_dir(run_dir, "run directory")
     lock = RunLock(run_dir / LOCK_NAME).acquire()
     try:
-        if overwrite:
+        if takeover:
+            print(f"note: {run_dir} holds a start that never completed a step (no checkpoint, "
+                  "metrics or model); starting over in it", file=sys.stderr, flush=True)
+        if overwrite or takeover:
             for name in contents.ours - {LOCK_NAME}:
                 p = run_dir / name
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
@@ -294,3 +314,16 @@ def check_resume_config(run_dir: str | Path, recorded: dict[str, Any] | None,
         with open(Path(run_dir) / CHANGES_NAME, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
     return changes
+
+
+def resume_hint(run_dir: str | Path, command: list[str]) -> str:
+    """What an interrupted run says: where it stopped and the command that continues it."""
+    import shlex
+
+    from .checkpoint import checkpoint_step, latest_checkpoint
+
+    latest = latest_checkpoint(run_dir)
+    where = (f"its last checkpoint is step {checkpoint_step(latest)}" if latest is not None
+             else "it has no checkpoint yet (a resume starts from step 0)")
+    shown = " ".join(shlex.quote(part) for part in command if part != "--resume")
+    return f"interrupted: the run in {run_dir} stopped; {where}. Continue with: {shown} --resume"

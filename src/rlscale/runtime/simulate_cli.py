@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ..config import config_to_dict, load_config
@@ -111,7 +112,8 @@ def run_fleet_simulation(config: Path, overrides: list[str], out: Path | None,
     else:
         from rich.console import Console
 
-        console = Console()
+        # Piped or redirected, rich would cut the table to 80 columns: give it room.
+        console = Console() if sys.stdout.isatty() else Console(width=200)
         console.print(results_table(cfg, results))
         for path in paths:
             console.print(f"plot written to {path}")

@@ -40,6 +40,7 @@ def train(
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.loop import train as run_training
 
+    cfg = None
     try:
         cfg = load_config(ZeroConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before the run directory is touched
@@ -47,6 +48,16 @@ def train(
             cfg.out = str(out)
         result = run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
                               allow_config_change=allow_config_change)
+    except KeyboardInterrupt:
+        from rlscale.runtime.rundir import resume_hint
+
+        if cfg is None:
+            raise typer.Exit(130) from None
+        command = ["rlscale", "zero", "train", str(config), *(overrides or [])]
+        if out is not None:
+            command += ["--out", str(out)]
+        typer.echo(resume_hint(cfg.run_dir(), command), err=True)
+        raise typer.Exit(130) from None
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
         _fail(err, 2)  # a usage error, as in every other command
     except NonFiniteError as err:

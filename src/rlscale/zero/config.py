@@ -162,6 +162,7 @@ class RuntimeConfig(StrictModel):
 
     actors: int = pydantic.Field(0, ge=0)  # self-play actors (Ray actors); 0: in-process
     address: str | None = None  # a Ray cluster to join (host:port or ray://...); None: embedded
+    connect_timeout_s: float = pydantic.Field(30.0, gt=0)  # the wait for `address` to answer
     actor_threads: int = pydantic.Field(1, ge=1)  # torch threads per actor
     # Moves per actor call last about this long: how often weights reach an actor and games
     # reach the learner.
@@ -198,7 +199,8 @@ class HealthConfig(StrictModel):
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
 RESUME_FREE_FIELDS = ("name", "out", "device", "compute_dtype", "train.iterations", "train.max_minutes",
-                      "train.threads", "runtime.address", "runtime.actor_threads",
+                      "train.threads", "runtime.address", "runtime.connect_timeout_s",
+                      "runtime.actor_threads",
                       "runtime.call_budget_s", "runtime.max_actor_restarts", "checkpoint.*",
                       "health.*", "logging.*")
 

@@ -435,7 +435,8 @@ def _ray_if_needed(cfg: ZeroConfig) -> contextlib.AbstractContextManager[Any]:
     if not actors:
         return contextlib.nullcontext()
     cpus = max(rt.actors * rt.actor_threads for rt in actors)
-    return ray_session(cfg.runtime.address, num_cpus=max(os.cpu_count() or 1, cpus))
+    return ray_session(cfg.runtime.address, num_cpus=max(os.cpu_count() or 1, cpus),
+                       connect_timeout_s=cfg.runtime.connect_timeout_s)
 
 
 def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None:

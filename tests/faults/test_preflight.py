@@ -1,0 +1,143 @@
+"""The last failure paths of a hostile first use (issue: chaos-proof fleets): each a one-line
+error with exit status 2 before anything is lost, or a warning that names what does nothing."""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from faults_helpers import invoke, one_line_error, rlvr_config, steps_of, zero_config
+
+from rlscale.runtime import checkpoint as ckpt
+
+
+def test_vllm_engine_without_vllm_is_one_line_before_the_run_dir(tmp_path, tiny_model_dir,
+                                                                  monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run)
+    one_line_error(invoke("rlvr", "train", cfg, "runtime.mode=async", "rollout.engine=vllm"),
+                   "vllm", "rollout.engine=native")
+    assert not run.exists()
+
+
+def test_fleet_keys_in_the_sync_loop_are_named_in_a_warning(tmp_path, tiny_model_dir):
+    cfg = rlvr_config(tmp_path, tiny_model_dir, tmp_path / "run", train={"steps": 1},
+                      checkpoint={"every": 0})
+    result = invoke("rlvr", "train", cfg, "rollout.engine=vllm", "runtime.inference_workers=4")
+    assert result.exit_code == 0, result.output
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "rollout.engine=vllm" in warning[0]
+    assert "runtime.inference_workers=4" in warning[0] and "do nothing" in warning[0]
+
+
+@pytest.mark.parametrize("loop", ["rlvr", "zero"])
+def test_an_unreachable_cluster_is_one_line_within_the_timeout(tmp_path, tiny_model_dir, loop):
+    if loop == "rlvr":
+        cfg = rlvr_config(tmp_path, tiny_model_dir, tmp_path / "run")
+        args = ("rlvr", "train", cfg, "runtime.mode=async", "runtime.address=127.0.0.1:1",
+                "runtime.connect_timeout_s=1.5")
+    else:
+        cfg = zero_config(tmp_path, tmp_path / "zrun")
+        args = ("zero", "train", cfg, "runtime.actors=1", "runtime.address=127.0.0.1:1",
+                "runtime.connect_timeout_s=1.5")
+    start = time.monotonic()
+    line = one_line_error(invoke(*args), "127.0.0.1:1", "not reachable",
+                          "runtime.connect_timeout_s")
+    assert 1.4 < time.monotonic() - start < 30, line
+    if loop == "rlvr":
+        assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override", ["task.rewards=[{fn: verifier, weight: .nan}]",
+                                      "task.rewards=[{fn: verifier, weight: .inf}]",
+                                      "train.lr=.nan", "loss.clip_low=-.inf"])
+def test_non_finite_config_numbers_are_refused(tmp_path, tiny_model_dir, override):
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run)
+    line = one_line_error(invoke("rlvr", "train", cfg, override), "finite")
+    assert override.split("=")[0].split(".")[0] in line
+    assert not run.exists()
+
+
+def test_a_rule_broken_by_the_command_line_names_it(tmp_path, tiny_model_dir):
+    cfg = rlvr_config(tmp_path, tiny_model_dir, tmp_path / "run",
+                      model={"path": str(tiny_model_dir), "lora": {"r": 4}})
+    line = one_line_error(invoke("rlvr", "train", cfg, "runtime.mode=async"), "lora")
+    assert "command line" in line and "runtime.mode=async" in line
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_resume_continues(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """torch.save on a full disk raises the RuntimeError torch raises there; the second
+    checkpoint fails, the first stays intact, and after 'freeing space' --resume goes on."""
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 4},
+                      checkpoint={"every": 2, "keep": 3})
+    real_save, calls = torch.save, []
+
+    def full_disk(obj, f, *args, **kwargs):
+        calls.append(f)
+        if len(calls) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter "
+                               "failed writing file data/0: file write failed")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    line = one_line_error(invoke("rlvr", "train", cfg), "step_000004", "no space left",
+                          "MiB free", "--resume")
+    assert "earlier checkpoints are kept" in line
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000002"]
+    assert ckpt.checkpoint_problem(run / "checkpoints" / "step_000002") is None
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+    monkeypatch.setattr(torch, "save", real_save)
+    result = invoke("rlvr", "train", cfg, "--resume")
+    assert result.exit_code == 0, result.output
+    assert steps_of(run) == [1, 2, 3, 4]
+
+
+def test_a_metrics_write_error_is_one_line(tmp_path, tiny_model_dir, monkeypatch):
+    from rlscale.runtime import metrics
+
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 3})
+    real_dumps = metrics.json.dumps
+
+    def failing_dumps(row, *args, **kwargs):
+        if isinstance(row, dict) and row.get("step") == 2:
+            raise OSError(28, "No space left on device")
+        return real_dumps(row, *args, **kwargs)
+
+    monkeypatch.setattr(metrics.json, "dumps", failing_dumps)
+    one_line_error(invoke("rlvr", "train", cfg), "metrics.jsonl", "No space left")
+    assert steps_of(run) == [1]
+
+
+def test_ctrl_c_says_where_the_run_stopped_and_how_to_resume(tmp_path, tiny_model_dir):
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 100000},
+                      checkpoint={"every": 1, "keep": 2})
+    proc = subprocess.Popen([sys.executable, "-m", "rlscale.cli", "rlvr", "train", str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.list_checkpoints(run) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ckpt.list_checkpoints(run), "no checkpoint within 120 s"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    line = next(line for line in stderr.splitlines() if line.startswith("interrupted:"))
+    assert "last checkpoint is step" in line and f"rlscale rlvr train {cfg} --resume" in line
