@@ -12,6 +12,8 @@ import contextlib
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -80,6 +82,8 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
     os.environ.setdefault("RAY_worker_niceness", "0")
     # A short path: Ray's socket paths must stay under the 107-byte Unix limit.
     temp_dir = None if address else tempfile.mkdtemp(prefix="rlray-", dir="/tmp")
+    # If this process dies (SIGKILL included), the reaper ends the cluster's processes.
+    reaper = _start_reaper(temp_dir) if temp_dir else None
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=True,
                                   configure_logging=False)
     try:
@@ -90,6 +94,7 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
     except Exception as exc:
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
+        _stop_reaper(reaper)
         where = f"the Ray cluster at {address}" if address else "an embedded Ray cluster"
         raise FleetError(f"could not start {where}: {str(exc).splitlines()[0]}") from None
     try:
@@ -98,6 +103,24 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
         ray.shutdown()
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
+        _stop_reaper(reaper)
+
+
+def _start_reaper(temp_dir: str) -> subprocess.Popen:
+    """runtime/reaper.py watching this process and the cluster's folder (its own session, so
+    a signal to this process group does not take it before it has cleaned up)."""
+    return subprocess.Popen([sys.executable, "-m", "rlscale.runtime.reaper", str(os.getpid()),
+                             temp_dir], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def _stop_reaper(reaper: subprocess.Popen | None) -> None:
+    """A normal end: the folder is gone and the reaper exits on its own; don't wait for its
+    next poll."""
+    if reaper is not None and reaper.poll() is None:
+        reaper.terminate()
+        reaper.wait(timeout=10)
 
 
 class WeightPublisher:
