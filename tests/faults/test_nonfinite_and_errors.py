@@ -211,3 +211,46 @@ def test_step_undo_restores_weights_optimiser_and_schedule_in_place():
     assert [t.data_ptr() for t in undo._saved] == saved_buffers
     # the frozen layer is never copied
     assert not any(k[0] == "param" and k[1].startswith("2.") for k in undo._keys)
+
+
+@pytest.mark.parametrize("mode", ["check", "off"])
+def test_the_guard_without_a_snapshot(tmp_path, tiny_model_dir, monkeypatch, mode):
+    """health.nonfinite_guard=check copies nothing: non-finite weights stop the run at once
+    (one line, the last checkpoint kept, resumable); off copies and tests nothing (a sane run
+    here: what a diverging one does under `off` is the user's risk)."""
+    import torch
+
+    from rlscale.runtime import checkpoint as ckpt
+    from rlscale.runtime.health import StepUndo
+
+    real_step = torch.optim.AdamW.step
+    calls = []
+
+    def diverging_at_3(self, *args, **kwargs):
+        real_step(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 3 and mode == "check":
+            with torch.no_grad():
+                next(p for g in self.param_groups for p in g["params"]).fill_(float("nan"))
+
+    saves = []
+    real_save = StepUndo.save
+    monkeypatch.setattr(StepUndo, "save", lambda self: saves.append(1) or real_save(self))
+    monkeypatch.setattr(torch.optim.AdamW, "step", diverging_at_3)
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 5},
+                      checkpoint={"every": 2, "keep": 3},
+                      health={"nonfinite_guard": mode})
+    result = invoke("rlvr", "train", cfg)
+    assert saves == []  # no snapshot copied in either mode
+    if mode == "off":
+        assert result.exit_code == 0, result.output
+        assert steps_of(run) == [1, 2, 3, 4, 5]
+        return
+    line = one_line_error(result, "step 3", "'check'", "--resume", status=1)
+    assert str(run) in line
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000002"]
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    result = invoke("rlvr", "train", cfg, "--resume")
+    assert result.exit_code == 0, result.output
+    assert steps_of(run) == [1, 2, 3, 4, 5]

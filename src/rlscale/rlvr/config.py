@@ -180,6 +180,10 @@ class CheckpointConfig(StrictModel):
 class HealthConfig(StrictModel):
     max_nonfinite_steps: int = Field(
         3, ge=1, description="non-finite steps in a row (each skipped) that stop the run")
+    nonfinite_guard: Literal["snapshot", "check", "off"] = Field(
+        "snapshot", description="snapshot: copy the weights and optimiser state before each "
+        "step and restore a non-finite one; check: no copy, skip non-finite updates and stop "
+        "at once if the weights still go non-finite; off: no test")
 
 
 # Fields a `--resume` may change without --allow-config-change: they change speed or logging,

@@ -36,6 +36,7 @@ from ..runtime.health import (
     StepUndo,
     non_finite_keys,
     parameters_finite,
+    unrecoverable_message,
 )
 from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
 from ..runtime.trackers import open_trackers
@@ -423,15 +424,22 @@ class RLVRRun:
                                 fields=("reward", "pass@1", "entropy", "kl", "tok/s"))
         warned: set[str] = set()
         try:
+            mode = cfg.health.nonfinite_guard
             while self.step < cfg.train.steps:
-                undo.save()
+                if mode == "snapshot":
+                    undo.save()
                 metrics = self.train_step()
                 self.step += 1
-                bad = non_finite_keys(metrics, GUARDED_METRICS)
-                if not bad and not parameters_finite(self.model.parameters()):
-                    bad = ["weights"]
+                bad = [] if mode == "off" else non_finite_keys(metrics, GUARDED_METRICS)
+                if mode != "off" and not parameters_finite(self.model.parameters()):
+                    bad = [*bad, "weights"]
                 if guard.observe(self.step, bad):
-                    undo.restore()
+                    if mode == "check" and "weights" in bad:
+                        logger.log(self.step, metrics)
+                        raise NonFiniteError(unrecoverable_message("step", self.step,
+                                                                   str(self.run_dir)))
+                    if mode == "snapshot":
+                        undo.restore()
                 metrics["health/skipped_steps"] = guard.skipped
                 if self.fleet is not None:  # the weights as they stand after the guard
                     self.fleet.publish(self.model.state_dict(), self.trainer.version)

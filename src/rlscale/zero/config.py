@@ -194,6 +194,8 @@ class CheckpointConfig(StrictModel):
 class HealthConfig(StrictModel):
     # iterations in a row with a non-finite loss or weights (each undone) that stop the run
     max_nonfinite_steps: int = pydantic.Field(3, ge=1)
+    # snapshot | check | off, as rlvr's health.nonfinite_guard (runtime/health.py)
+    nonfinite_guard: Literal["snapshot", "check", "off"] = "snapshot"
 
 
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping

@@ -44,7 +44,13 @@ from rlscale.runtime.checkpoint import (
 )
 from rlscale.runtime.device import resolve_compute_dtype, resolve_device
 from rlscale.runtime.fleet import ray_session
-from rlscale.runtime.health import NonFiniteError, NonFiniteGuard, StepUndo, parameters_finite
+from rlscale.runtime.health import (
+    NonFiniteError,
+    NonFiniteGuard,
+    StepUndo,
+    parameters_finite,
+    unrecoverable_message,
+)
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightStore, staleness
@@ -186,7 +192,9 @@ class ZeroRun:
         losses: list[dict[str, float]] = []
         versions: list[np.ndarray] = []
         self.nonfinite = []
-        self.undo.save()
+        guard_mode = cfg.health.nonfinite_guard
+        if guard_mode == "snapshot":
+            self.undo.save()
         if len(self.replay) >= cfg.train.min_replay:
             self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
@@ -198,8 +206,12 @@ class ZeroRun:
         train_seconds = time.perf_counter() - train_start
         lag = staleness(self.store.version, np.concatenate(versions)) if versions else {}
         self.last_lags = self.store.version - np.concatenate(versions) if versions else None
-        self.nonfinite = _nonfinite(losses, self.learner.net)
-        if self.nonfinite:  # undo the iteration's updates; the self-play games stay in replay
+        self.nonfinite = [] if guard_mode == "off" else _nonfinite(losses, self.learner.net)
+        if self.nonfinite and guard_mode == "check" and "weights" in self.nonfinite:
+            raise NonFiniteError(unrecoverable_message(
+                "iteration", self.counters.iteration + 1, str(self.run_dir)))
+        if self.nonfinite and guard_mode == "snapshot":
+            # undo the iteration's updates; the self-play games stay in replay
             self.undo.restore()
         elif losses:
             self.counters.version = self.learner.publish(self.store)
