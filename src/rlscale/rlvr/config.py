@@ -101,6 +101,10 @@ class RolloutConfig(StrictModel):
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="the engine's dtype (a bf16 engine beside an fp32 trainer)")
     slots: int = Field(64, ge=1, description="concurrent requests per inference worker")
+    vllm_enforce_eager: bool | None = Field(
+        None, description="engine vllm: true = no torch.compile (start in seconds, decode "
+        "slower), false = compile (15-45 s more start-up on 2 CPU cores, then faster); null = "
+        "decide by the run's length (eager below 300 k tokens per worker)")
     recompute_cache_on_update: bool = Field(
         True, description="in-flight update: recompute running rows' KV cache with new weights")
 
@@ -216,8 +220,16 @@ class RuntimeConfig(StrictModel):
     max_worker_restarts: int = Field(10, ge=0)
 
 
+# Tokens a vLLM worker must generate before torch.compile's start-up pays for itself on this
+# project's 2-core machines: the tiny model decodes ~3,200 tokens/s eager and ~4,600 compiled
+# (docs/async.md), i.e. compiled saves ~95 us per token; compiling cost 15 s more start-up
+# on an AVX-512 machine and ~45 s on another (docs/async.md), so it pays after ~160-470 k
+# tokens per worker: the middle of that.
+VLLM_COMPILE_PAYS_TOKENS = 300_000
+
 # Keys that only the asynchronous fleets read (runtime.mode async / inflight).
-FLEET_ONLY_FIELDS = {"rollout": ("engine", "dtype", "slots", "recompute_cache_on_update"),
+FLEET_ONLY_FIELDS = {"rollout": ("engine", "dtype", "slots", "recompute_cache_on_update",
+                                 "vllm_enforce_eager"),
                      "runtime": ("inference_workers", "max_staleness", "address",
                                  "connect_timeout_s", "worker_threads", "call_budget_s",
                                  "max_worker_restarts")}
@@ -275,6 +287,16 @@ class RLVRConfig(StrictModel):
                 if getattr(part, name) != type(part).model_fields[name].default:
                     inert.append(f"{section}.{name}={getattr(part, name)}")
         return inert
+
+    def vllm_eager(self) -> bool:
+        """rollout.vllm_enforce_eager, or by the run's length when unset: eager when a
+        worker's share of the run's tokens (at most max_new_tokens each) is too small for
+        compilation to pay (VLLM_COMPILE_PAYS_TOKENS)."""
+        if self.rollout.vllm_enforce_eager is not None:
+            return self.rollout.vllm_enforce_eager
+        r = self.rollout
+        tokens = self.train.steps * r.prompts_per_step * r.group_size * r.max_new_tokens
+        return tokens / self.runtime.inference_workers < VLLM_COMPILE_PAYS_TOKENS
 
     def resolved_objective(self) -> Objective:
         """The preset with this config's `loss.*` overrides; `norm_length` None becomes

@@ -57,6 +57,7 @@ class WorkerSpec:
     threads: int
     recompute_cache_on_update: bool
     seed: int
+    vllm_eager: bool = True  # engine vllm: skip torch.compile (RLVRConfig.vllm_eager)
 
 
 @dataclass
@@ -73,7 +74,8 @@ def build_engine(spec: WorkerSpec):
         from .rollout.vllm_engine import VLLMEngine
 
         return VLLMEngine(spec.model_path, spec.sampling, max_slots=spec.slots, seed=spec.seed,
-                          version=-1, dtype=spec.dtype)
+                          version=-1, dtype=spec.dtype,
+                          engine_kwargs={"enforce_eager": spec.vllm_eager})
     from .model import load_model
     from .rollout.engine import ContinuousBatchingEngine
 
@@ -205,7 +207,8 @@ class FleetRollouts:
             spec = WorkerSpec(
                 self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
                 r.slots, rt.worker_threads, r.recompute_cache_on_update,
-                step_seed(self.cfg.train.seed, index, f"worker:{restarts}") % 2**31)
+                step_seed(self.cfg.train.seed, index, f"worker:{restarts}") % 2**31,
+                self.cfg.vllm_eager())
             return actor.remote(spec)
 
         self.publish(state_dict, version)

