@@ -76,3 +76,34 @@ def test_save_every_keeps_the_model_along_the_way(tmp_path):
     assert (out / "config.json").is_file()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["sft/target_tokens"] > 0 and r["sft/prompt_tokens"] > 0 for r in rows)
+
+
+def test_packed_demonstrations_give_the_padded_loss_and_gradients():
+    """sft pack=true: the same token log-probs (so loss and gradients) as the padded forward."""
+    import random
+
+    import torch
+
+    from rlscale.rlvr import objectives
+    from rlscale.rlvr.distill import collate, packed_target_logprobs, target_logprobs
+    from rlscale.rlvr.model import build_tiny_model
+
+    model, _ = build_tiny_model("tiny", seed=0)
+    rng = random.Random(0)
+    pairs = [([rng.randrange(4, 90) for _ in range(rng.randint(3, 12))],
+              [rng.randrange(4, 90) for _ in range(rng.randint(1, 60))]) for _ in range(16)]
+    grads = []
+    for packed in (True, False):
+        model.zero_grad()
+        if packed:
+            logp, mask = packed_target_logprobs(model, pairs, 0, torch.device("cpu"))
+        else:
+            logp, mask = target_logprobs(model, *collate(pairs, 0))
+        loss, _ = objectives.demonstration_loss(logp, mask, weight="one")
+        loss.backward()
+        grads.append((float(loss), int(mask.sum()),
+                      torch.cat([p.grad.flatten() for p in model.parameters()])))
+    (packed_loss, packed_n, packed_grad), (padded_loss, padded_n, padded_grad) = grads
+    assert packed_n == padded_n == sum(len(c) for _, c in pairs)
+    assert abs(packed_loss - padded_loss) < 1e-5
+    assert torch.allclose(packed_grad, padded_grad, atol=1e-5, rtol=1e-4)
