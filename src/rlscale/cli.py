@@ -61,6 +61,17 @@ def run_guarded(fn, *args, **kwargs):
         fail(_first_line(exc), status=1)
 
 
+def _parse_ks(text: str) -> tuple[int, ...]:
+    """`--k 1,4,8` as sorted distinct positive integers, or a one-line ValueError."""
+    try:
+        ks = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise ValueError(f"--k needs comma-separated positive integers, got '{text[:40]}'") from None
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k needs positive integers, got '{text[:40]}'")
+    return ks
+
+
 def _interrupted(run_dir: str | Path, command: list[str]) -> None:
     """Ctrl-C: where the run stopped and how to go on (exit status 130, as shells expect)."""
     from .runtime.rundir import resume_hint
@@ -193,12 +204,7 @@ def eval_command(
     from .rlvr.tasks.base import EVAL_SPLITS
 
     def go():
-        try:
-            ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
-        except ValueError:
-            raise ValueError(f"--k needs comma-separated positive integers, got '{k}'") from None
-        if not ks or min(ks) < 1:
-            raise ValueError(f"--k needs positive integers, got '{k}'")
+        ks = _parse_ks(k)
         n = samples or max(ks)
         if split not in EVAL_SPLITS:
             raise ValueError(f"--split must be one of {', '.join(EVAL_SPLITS)}, got '{split[:40]}'")
@@ -259,12 +265,7 @@ def passk_command(
     from .rlvr.tasks import make_task
 
     def go():
-        try:
-            ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()}))
-        except ValueError:
-            raise ValueError(f"--k needs comma-separated positive integers, got '{k[:40]}'") from None
-        if not ks or min(ks) < 1:
-            raise ValueError(f"--k needs positive integers, got '{k[:40]}'")
+        ks = _parse_ks(k)
         check_eval_arguments(prompts=prompts, samples=max(ks), ks=ks,
                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)
         task_obj = make_task(task)
