@@ -11,7 +11,7 @@ import torch
 from .model import PromptFormatter
 from .rewards import VerifierPool, score_completions
 from .rollout.sampler import SamplingParams, decode_completions, generate
-from .tasks import Task, examples
+from .tasks import Example, Task, examples
 from .trace_stats import behaviour_means, by_difficulty, length_by_outcome
 
 
@@ -39,6 +39,7 @@ class EvalResult:
     # difficulty/<level>/{accuracy,mean_length,share} (tasks with a difficulty): trace_stats
     details: dict[str, float] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list, repr=False)  # the completions, prompt-major
+    examples: list[Example] = field(default_factory=list, repr=False)  # one per prompt
 
     def as_dict(self) -> dict[str, float]:
         out: dict[str, float] = {f"pass@{k}": v for k, v in self.pass_at.items()}
@@ -106,4 +107,4 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     return EvalResult(pass_at=pass_at, n=len(items), samples=samples,
                       mean_length=sum(lengths) / max(len(expanded), 1),
                       seconds=time.perf_counter() - start, per_prompt_correct=correct,
-                      details=details, texts=texts)
+                      details=details, texts=texts, examples=items)

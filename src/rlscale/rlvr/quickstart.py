@@ -26,7 +26,7 @@ from .evaluate import EvalResult, evaluate
 from .loop import train
 from .model import load_model
 from .plots import plot_pass_at_k, plot_training
-from .tasks import examples, make_task
+from .tasks import Task, make_task
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
 
@@ -59,7 +59,7 @@ class QuickstartRun:
     out: Path
     base_path: Path
     final_path: Path
-    task_name: str
+    task: Task
     rl_steps: int
     temperature: float
     before: dict[str, EvalResult]   # by split
@@ -114,7 +114,7 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console) -> Qu
     grpo_seconds = time.perf_counter() - t0
     console.rule("[bold]4/4  measure the trained model")
     after = measure(final_path)
-    return QuickstartRun(recipe, out, base_path, final_path, task.name, rl_cfg.train.steps,
+    return QuickstartRun(recipe, out, base_path, final_path, task, rl_cfg.train.steps,
                          rl_cfg.eval.temperature, before, after, sft_seconds, grpo_seconds,
                          time.perf_counter() - t_start)
 
@@ -123,11 +123,11 @@ def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
     before, after, out = run.before["test"], run.after["test"], run.out
     plots = out / "plots"
     plot_pass_at_k({"base (SFT)": before.pass_at, "GRPO": after.pass_at}, plots / "pass_at_k.png",
-                   title=f"{run.task_name}: held-out pass@k")
+                   title=f"{run.task.name}: held-out pass@k")
     plot_training({"grpo": out / "grpo"}, ["reward/mean", "policy/entropy", "length/mean"],
                   plots / "training.png")
 
-    table = Table(title=f"rlscale quickstart: {run.task_name}, {before.n} held-out prompts x "
+    table = Table(title=f"rlscale quickstart: {run.task.name}, {before.n} held-out prompts x "
                         f"{before.samples} samples (temperature {run.temperature})")
     for col in ("model", "pass@1", "pass@4", "mean length", "train wall time"):
         table.add_column(col, justify="right" if col != "model" else "left")
@@ -142,7 +142,7 @@ def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
                   f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
                   f"plots:          {plots}\n"
                   f"re-measure:     rlscale rlvr eval --model {run.final_path} --task "
-                  f"{run.task_name} --samples 4 --k 1,4")
+                  f"{run.task.name} --samples 4 --k 1,4")
 
 
 def _reasoning_report(run: QuickstartRun, console: Console) -> None:
@@ -152,13 +152,13 @@ def _reasoning_report(run: QuickstartRun, console: Console) -> None:
     plot_pass_at_k({f"{label} {split}": result.pass_at
                     for label, results in (("base", run.before), ("GRPO", run.after))
                     for split, result in results.items()},
-                   plots / "pass_at_k.png", title=f"{run.task_name}: pass@k")
+                   plots / "pass_at_k.png", title=f"{run.task.name}: pass@k")
     plot_training({"grpo": out / "grpo"},
                   ["reward/mean", "eval/pass@1", ("length/right_mean", "length/wrong_mean"),
                    "policy/entropy"], plots / "training.png")
 
     results = (("base", run.before), ("GRPO", run.after))
-    table = Table(title=f"rlscale quickstart reasoning: {run.task_name}, {recipe.prompts} "
+    table = Table(title=f"rlscale quickstart reasoning: {run.task.name}, {recipe.prompts} "
                         f"prompts x {recipe.samples} samples per split (temperature "
                         f"{run.temperature}); lengths in tokens")
     for col in ("model", "split", "pass@1", f"pass@{k_hi}", "length", "right", "wrong"):
@@ -218,10 +218,9 @@ def _write_completions(run: QuickstartRun, path: Path, per_level: tuple[int, ...
                        ) -> None:
     """The first sample of the same held-out prompts before and after RL: the first test
     prompt with each of `per_level` terms."""
-    task = make_task(run.task_name)
-    items = examples(task, "test", 0, run.recipe.prompts)
+    items = run.before["test"].examples  # the same prompts, in the same order, after
     samples = run.recipe.samples
-    lines = [f"# {run.task_name}: completions of the same held-out prompts, before and after "
+    lines = [f"# {run.task.name}: completions of the same held-out prompts, before and after "
              "GRPO\n", "First sample of each prompt (temperature "
              f"{run.temperature}); `reward` is the verifier's.\n"]
     for level in per_level:
@@ -232,7 +231,7 @@ def _write_completions(run: QuickstartRun, path: Path, per_level: tuple[int, ...
         lines.append(f"## `{ex.prompt}` (answer {ex.answer})\n")
         for label, results in (("base (SFT)", run.before), ("GRPO", run.after)):
             text = results["test"].texts[index * samples]
-            reward = task.verify(text, ex)
+            reward = run.task.verify(text, ex)
             lines.append(f"{label}, reward {reward:.0f}:\n\n```\n{text}\n```\n")
     path.write_text("\n".join(lines))
 

@@ -149,14 +149,15 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             os.rename(tmp, path)
     except BaseException as exc:
         reason = write_failure(exc)
-        # What the write would need: a sibling of the same kind (the previous checkpoint),
-        # else what it had written when it failed.
-        siblings = [p for p in path.parent.iterdir() if p.is_dir() and p != tmp
-                    and p.name.startswith(STEP_PREFIX)] if reason else []
-        needs = max([_tree_bytes(tmp)] + [_tree_bytes(p) for p in siblings[-1:]]) if reason else 0
-        shutil.rmtree(tmp, ignore_errors=True)
         if reason is None:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
+        # What the write would need: the newest checkpoint beside it (the same kind of
+        # write), else what it had written when it failed.
+        previous = list_checkpoints(path.parent.parent)[-1:] if path.name.startswith(
+            STEP_PREFIX) else []
+        needs = max([_tree_bytes(tmp)] + [_tree_bytes(p) for p in previous])
+        shutil.rmtree(tmp, ignore_errors=True)
         kept = (f"the previous copy of {path.name} is kept" if path.exists() else
                 "earlier checkpoints are kept") + "; free space, then run again with --resume"
         raise write_error(path, reason, needs, kept) from None
