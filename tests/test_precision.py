@@ -108,3 +108,16 @@ def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch)
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(probe_cache.parent.parent / "other"))
     run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
     assert run.actor.net.compute_dtype == "float32"
+
+
+def test_the_probe_leaves_the_global_rng_alone():
+    """A run that measures and a resumed one that reads the cache must draw the same numbers."""
+    import torch
+
+    from rlscale.runtime.device import measure_matmul_gflops
+
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    measure_matmul_gflops(torch.float32, torch.device("cpu"), shapes=((8, 8, 8),), seconds=0.01)
+    assert torch.equal(torch.rand(3), expected)

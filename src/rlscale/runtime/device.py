@@ -100,9 +100,12 @@ def measure_matmul_gflops(dtype: torch.dtype, device: torch.device,
                           shapes=PROBE_SHAPES, seconds: float = PROBE_SECONDS) -> float:
     """Matmul GFLOP/s of `dtype` on `device` over `shapes`, at the current thread count."""
     flops, elapsed = 0.0, 0.0
+    # Its own generator: whether the probe runs (or a cached result is used) must not move
+    # the global RNG, or a resumed run would draw other numbers than the straight one.
+    generator = torch.Generator(device=device).manual_seed(0)
     for m, k, n in shapes:
-        a = torch.randn(m, k, device=device).to(dtype)
-        b = torch.randn(k, n, device=device).to(dtype)
+        a = torch.randn(m, k, device=device, generator=generator).to(dtype)
+        b = torch.randn(k, n, device=device, generator=generator).to(dtype)
         torch.matmul(a, b)  # warm-up: kernel selection, first-touch allocation
         calls, t0 = 0, time.perf_counter()
         while True:
