@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from .runtime.errors import interrupted, run_guarded
+
 app = typer.Typer(help="rlscale: RLVR for language models and AlphaZero-style self-play.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 rlvr_app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).",
@@ -17,48 +19,6 @@ rlvr_app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO fam
 app.add_typer(rlvr_app, name="rlvr")
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from .config import ConfigError
-    from .rlvr.model import ModelLoadError
-    from .rlvr.tasks import UnknownTaskError
-
-    return (ConfigError, ModelLoadError, UnknownTaskError, FileExistsError, FileNotFoundError,
-            ValueError)
-
-
-def _run_failures() -> tuple[type[BaseException], ...]:
-    from .runtime.fleet import FleetError
-    from .runtime.health import NonFiniteError
-
-    # the run itself failed (not a usage error): exit status 1; a fleet that cannot start
-    # (FleetUnavailable) is a ValueError, caught first as a usage error
-    return (NonFiniteError, FleetError)
-
-
-def fail(message: str, status: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(status)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def run_guarded(fn, *args, **kwargs):
-    """Run `fn`; a user error becomes one line on stderr and exit status 2, not a traceback."""
-    try:
-        return fn(*args, **kwargs)
-    except _user_errors() as exc:
-        if os.environ.get("RLSCALE_DEBUG"):
-            raise  # RLSCALE_DEBUG=1 shows the traceback of what the one line summarises
-        fail(_first_line(exc))
-    except _run_failures() as exc:
-        if os.environ.get("RLSCALE_DEBUG"):
-            raise
-        fail(_first_line(exc), status=1)
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
@@ -70,14 +30,6 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     if not ks or min(ks) < 1:
         raise ValueError(f"--k needs positive integers, got '{text[:40]}'")
     return ks
-
-
-def _interrupted(run_dir: str | Path, command: list[str]) -> None:
-    """Ctrl-C: where the run stopped and how to go on (exit status 130, as shells expect)."""
-    from .runtime.rundir import resume_hint
-
-    typer.echo(resume_hint(run_dir, command), err=True)
-    raise typer.Exit(130)
 
 
 def _threads() -> None:
@@ -167,7 +119,7 @@ def train_command(
             path = train(cfg, resume=resume, overwrite=overwrite,
                          allow_config_change=allow_config_change)
         except KeyboardInterrupt:
-            _interrupted(cfg.run_dir, ["rlscale", "rlvr", "train", str(config), *(overrides or [])])
+            interrupted(cfg.run_dir, ["rlscale", "rlvr", "train", str(config), *(overrides or [])])
         typer.echo(f"final model: {path}")
 
     _threads()

@@ -10,8 +10,8 @@
   refused with the list of differences unless allowed, and every change is recorded in
   `config_changes.jsonl` with the step it took effect.
 
-This module knows nothing of language models or games: each loop says which config fields
-are free to change (speed, logging) and passes plain dicts.
+This module knows nothing of language models or games: each loop passes its config and
+says which fields are free to change (speed, logging) and which field plans the run's length.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rlscale.config import StrictModel, config_to_dict
 
 LOCK_NAME = ".lock"
 CHANGES_NAME = "config_changes.jsonl"
@@ -293,13 +295,28 @@ def read_recorded_config(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_resume_config(run_dir: str | Path, recorded: dict[str, Any] | None,
-                        current: dict[str, Any], *, step: int, free_fields: Iterable[str],
-                        allow_change: bool) -> list[ConfigChange]:
-    """Refuse math-changing differences (unless `allow_change`); record every difference in
-    config_changes.jsonl with the step it takes effect from. Returns the changes."""
+def check_resume_config(run_dir: str | Path, config: StrictModel, *, done: int, length_key: str,
+                        free_fields: Iterable[str], allow_change: bool) -> list[ConfigChange]:
+    """The resume check of both loops, against the run's recorded config.yaml.
+
+    `config` is the config the resumed run will use, `done` the steps (or iterations) the run
+    has done and `length_key` the field that plans them (`train.steps`): a plan below what is
+    done is refused. Math-changing differences are refused too (unless `allow_change`); every
+    difference is recorded in config_changes.jsonl with the step it takes effect from.
+    Returns the changes."""
+    current = config_to_dict(config)
+    planned = flatten(current)[length_key]
+    if done > planned:
+        raise RunDirError(
+            f"the run in {run_dir} has done {done} {length_key.rsplit('.', 1)[-1]}; "
+            f"{length_key}={planned} is below that (raise it to continue the run)")
+    recorded = read_recorded_config(Path(run_dir))
     if recorded is None:
         return []
+    try:  # fields added since the run started compare as their defaults
+        recorded = config_to_dict(type(config).model_validate(recorded))
+    except ValueError:
+        pass
     changes = config_changes(recorded, current, free_fields)
     # Settings named by the user (objective, train.lr) before the fields derived from them.
     math_changes = sorted((c for c in changes if not c.free),
@@ -309,8 +326,8 @@ def check_resume_config(run_dir: str | Path, recorded: dict[str, Any] | None,
             f"--resume with a config that changes the math of the run: {describe(math_changes)}; "
             "resume with the recorded config, or pass --allow-config-change to record the change")
     if changes:
-        row = {"step": step, "changes": {c.key: {"old": c.old, "new": c.new, "free": c.free}
-                                         for c in changes}}
+        row = {"step": done + 1, "changes": {c.key: {"old": c.old, "new": c.new, "free": c.free}
+                                             for c in changes}}
         with open(Path(run_dir) / CHANGES_NAME, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
     return changes

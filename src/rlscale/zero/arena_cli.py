@@ -2,7 +2,8 @@
 
 One function per command (`COMMANDS`); `register(app)` adds them to the Zero typer app. Every user error (unknown game,
 missing or wrong checkpoint, malformed or illegal move) is one `error: ...` line on stderr and
-exit status 2, never a traceback (RLSCALE_DEBUG=1 shows it).
+exit status 2, never a traceback (RLSCALE_DEBUG=1 shows it), by the guard every rlscale
+command shares (`rlscale.runtime.errors`).
 
 Agent specs (`--opponent`, `--agent`): `random`, `mcts:N` (pure MCTS, N random playouts per
 move), `raw` (the model's raw policy), `sims:N` (the model with N simulations), `model:PATH`
@@ -22,9 +23,7 @@ line was bad. With a single `--moves POSITION`, a bad position is an error line 
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +32,9 @@ from typing import Any
 import numpy as np
 import typer
 
+from rlscale.runtime.errors import USAGE_STATUS, guarded
 from rlscale.zero.games.base import IllegalMove
 
-_USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)
 # The search preallocates a node per simulation (x the game's moves): a budget beyond this
 # asks for gigabytes before the first move, and no game here gains from it.
 MAX_SIMULATIONS = 200_000
@@ -49,28 +48,9 @@ def check_simulations(simulations: int, flag: str = "--simulations") -> int:
 
 def _short(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 _HINTS = {"connect4": "a column 1-7", "tictactoe": "a cell 1-9 or a1-c3", "go": "e.g. D4 or pass"}
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _guarded(fn):
-    """A user error inside the command becomes one line and exit status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except _USER_ERRORS as err:
-            if os.environ.get("RLSCALE_DEBUG"):
-                raise
-            text = str(err)
-            _fail(text.strip().splitlines()[0] if text.strip() else type(err).__name__)
-
-    return wrapper
 
 
 def _threads(threads: int | None) -> None:
@@ -210,6 +190,9 @@ _SEARCH_OPT = typer.Option("trained", "--search",
                            help="search settings: trained (the play settings saved with the "
                            "model), puct, gumbel")
 _THREADS_OPT = typer.Option(None, "--threads", help="torch CPU threads")
+_OPENING_PLIES_OPT = typer.Option(2, "--opening-plies",
+                                  help="random moves opening each pair of games "
+                                  "(0: every game from the initial position)")
 # CPU by default: a match evaluates one batch of a few positions per simulation step, where a
 # GPU's per-call latency buys little for these small networks, and the CPU keeps matches
 # beside a training run off its GPU and comparable with the figures measured so far.
@@ -218,7 +201,7 @@ _DEVICE_OPT = typer.Option("cpu", "--device",
                            "when torch sees one, else the CPU)")
 
 
-@_guarded
+@guarded
 def arena(
     game: str = typer.Option("connect4", "--game"),
     model: Path | None = _MODEL_OPT,
@@ -227,9 +210,7 @@ def arena(
                                  help="random | mcts:N | raw | sims:N | model:PATH | solver"),
     games: int = typer.Option(100, "--games"),
     seed: int = typer.Option(0, "--seed"),
-    opening_plies: int = typer.Option(2, "--opening-plies",
-                                      help="random moves opening each pair of games "
-                                      "(0: every game from the initial position)"),
+    opening_plies: int = _OPENING_PLIES_OPT,
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
     device: str = _DEVICE_OPT,
@@ -278,7 +259,7 @@ def arena(
         typer.echo(audit_table(audits, result.agent_a, result.agent_b))
 
 
-@_guarded
+@guarded
 def compute_curve(
     game: str = typer.Option("connect4", "--game"),
     model: Path | None = _MODEL_OPT,
@@ -288,7 +269,7 @@ def compute_curve(
         None, "--simulations", help="comma-separated budgets (default 0,1,2,4,...,max)"),
     out: Path = typer.Option(Path("runs/zero/compute_curve"), "--out"),
     seed: int = typer.Option(0, "--seed"),
-    opening_plies: int = typer.Option(2, "--opening-plies"),
+    opening_plies: int = _OPENING_PLIES_OPT,
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
     device: str = _DEVICE_OPT,
@@ -319,7 +300,7 @@ def compute_curve(
     typer.echo(f"wrote {out / 'curve.md'}, {out / 'curve.json'} and {png}")
 
 
-@_guarded
+@guarded
 def solver_agreement(
     model: Path | None = _MODEL_OPT,
     simulations: int = typer.Option(400, "--simulations"),
@@ -353,7 +334,7 @@ def solver_agreement(
     typer.echo(agreement_table(results, agent.name))
 
 
-@_guarded
+@guarded
 def play(
     game: str = typer.Option("connect4", "--game"),
     model: Path | None = _MODEL_OPT,
@@ -399,7 +380,7 @@ def play(
     out.write("you win\n" if z > 0 else "the model wins\n" if z < 0 else "draw\n")
 
 
-@_guarded
+@guarded
 def move(
     moves: str = typer.Option(..., "--moves",
                               help="the moves played so far (connect4: 4453), or - for stdin"),
@@ -433,10 +414,10 @@ def move(
         out.write(answer + "\n")
         out.flush()
     if bad:
-        raise typer.Exit(2)
+        raise typer.Exit(USAGE_STATUS)
 
 
-@_guarded
+@guarded
 def gtp(
     game: str = typer.Option("go", "--game"),
     model: Path | None = typer.Option(None, "--model", help="a Go model (default: a fresh "
@@ -454,7 +435,7 @@ def gtp(
     engine.run(sys.stdin, sys.stdout)
 
 
-@_guarded
+@guarded
 def elo_curve(
     run_dir: Path = typer.Argument(..., help="a `rlscale zero train` run directory"),
     games: int = typer.Option(20, "--games", help="games per pairing"),
@@ -467,7 +448,7 @@ def elo_curve(
                                    help="later checkpoints each checkpoint plays"),
     out: Path | None = typer.Option(None, "--out", help="default RUN_DIR/elo_curve"),
     seed: int = typer.Option(0, "--seed"),
-    opening_plies: int = typer.Option(2, "--opening-plies"),
+    opening_plies: int = _OPENING_PLIES_OPT,
     search: str = _SEARCH_OPT,
     threads: int | None = _THREADS_OPT,
     device: str = _DEVICE_OPT,

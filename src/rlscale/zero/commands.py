@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
-from rlscale.config import ConfigError, load_config
+from rlscale.config import load_config
+from rlscale.runtime.errors import interrupted, run_guarded
 
 app = typer.Typer(
     help="AlphaZero-style self-play: train a policy-value network with batched MCTS.",
@@ -34,49 +34,32 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
 ) -> None:
     """Self-play, learn, checkpoint; `--resume` continues exactly where a run stopped."""
-    from rlscale.runtime.fleet import FleetError
-    from rlscale.runtime.health import NonFiniteError
     from rlscale.runtime.trackers import check_trackers
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.loop import train as run_training
 
-    cfg = None
-    try:
-        cfg = load_config(ZeroConfig, config, overrides or [])
-        check_trackers(cfg.logging)  # before the run directory is touched
-        if out is not None:
-            cfg.out = str(out)
-        result = run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
-                              allow_config_change=allow_config_change)
-    except KeyboardInterrupt:
-        from rlscale.runtime.rundir import resume_hint
+    command = ["rlscale", "zero", "train", str(config), *(overrides or [])]
+    if out is not None:
+        command += ["--out", str(out)]
 
-        if cfg is None:
-            raise typer.Exit(130) from None
-        command = ["rlscale", "zero", "train", str(config), *(overrides or [])]
-        if out is not None:
-            command += ["--out", str(out)]
-        typer.echo(resume_hint(cfg.run_dir(), command), err=True)
-        raise typer.Exit(130) from None
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
-        _fail(err, 2)  # a usage error, as in every other command
-    except NonFiniteError as err:
-        _fail(err, 1)  # the run itself diverged
-    except FleetError as err:
-        _fail(err, 1)  # Ray missing, a cluster not reachable, an actor past its restarts
+    def go():
+        cfg = None
+        try:
+            cfg = load_config(ZeroConfig, config, overrides or [])
+            check_trackers(cfg.logging)  # before the run directory is touched
+            if out is not None:
+                cfg.out = str(out)
+            return run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
+                                allow_config_change=allow_config_change)
+        except KeyboardInterrupt:
+            interrupted(None if cfg is None else cfg.run_dir(), command)
+
+    result = run_guarded(go)
     c = result.counters
     typer.echo(
         f"done: {c.iteration} iterations, {c.games} games, {c.learner_steps} learner steps, "
         f"{c.seconds / 60:.1f} min; model in {result.final_dir}"
     )
-
-
-def _fail(err: BaseException, status: int) -> None:
-    if os.environ.get("RLSCALE_DEBUG"):
-        raise err
-    text = str(err).strip()
-    typer.echo(f"error: {text.splitlines()[0] if text else type(err).__name__}", err=True)
-    raise typer.Exit(status) from None
 
 
 def _register_arena_commands() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from rlscale import __version__
 from rlscale.zero.games.base import IllegalMove
@@ -28,6 +28,7 @@ from rlscale.zero.games.go import Go, action_to_gtp, gtp_to_action, random_move,
 
 ChooseMove = Callable[[Go, Any], int]
 GameFactory = Callable[..., Go]  # (size=..., komi=...) -> Go
+T = TypeVar("T")
 
 COMMANDS = (
     "protocol_version", "name", "version", "known_command", "list_commands", "quit",
@@ -128,11 +129,7 @@ class GtpEngine:
         return ""
 
     def cmd_boardsize(self, args: list[str]) -> str:
-        _arity(args, 1)
-        try:
-            size = int(args[0])
-        except ValueError:
-            raise GtpError("syntax error: boardsize needs an integer") from None
+        size = _one_argument(args, int, "boardsize needs an integer")
         try:
             self.game = self.game_factory(size=size, komi=self.game.komi)
         except ValueError:
@@ -145,11 +142,7 @@ class GtpEngine:
         return ""
 
     def cmd_komi(self, args: list[str]) -> str:
-        _arity(args, 1)
-        try:
-            komi = float(args[0])
-        except ValueError:
-            raise GtpError("syntax error: komi needs a number") from None
+        komi = _one_argument(args, float, "komi needs a number")
         if not math.isfinite(komi) or abs(komi) > 1000:
             raise GtpError("syntax error: komi must be a finite number of points")
         # States do not depend on komi, so the position survives.
@@ -215,6 +208,15 @@ class GtpEngine:
 def _arity(args: list[str], count: int) -> None:
     if len(args) != count:
         raise GtpError(f"syntax error: expected {count} argument(s), got {len(args)}")
+
+
+def _one_argument(args: list[str], parse: Callable[[str], T], needs: str) -> T:
+    """The command's one argument, parsed; a syntax error saying what it `needs` if not."""
+    _arity(args, 1)
+    try:
+        return parse(args[0])
+    except ValueError:
+        raise GtpError(f"syntax error: {needs}") from None
 
 
 def _colour(word: str) -> int:

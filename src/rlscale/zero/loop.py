@@ -460,27 +460,14 @@ def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None
     return load_latest_usable(run_dir, load)
 
 
-def _check_resumed_config(cfg: ZeroConfig, run_dir: Path, done: int, allow: bool) -> None:
-    if done > cfg.train.iterations:
-        raise rundir.RunDirError(
-            f"the run in {run_dir} has done {done} iterations; train.iterations="
-            f"{cfg.train.iterations} is below that (raise it to continue the run)")
-    recorded = rundir.read_recorded_config(run_dir)
-    if recorded is not None:
-        try:  # fields added since the run started compare as their defaults
-            recorded = config_to_dict(ZeroConfig.model_validate(recorded))
-        except ValueError:
-            pass
-    rundir.check_resume_config(run_dir, recorded, config_to_dict(cfg), step=done + 1,
-                               free_fields=RESUME_FREE_FIELDS, allow_change=allow)
-
-
 def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
            allow_config_change: bool) -> TrainResult:
     found = _resume_point(cfg, run_dir) if resume else None
     resumed_from, run = found if found is not None else (None, _start_run(cfg, 1, None))
     if resume:
-        _check_resumed_config(cfg, run_dir, run.counters.iteration, allow_config_change)
+        rundir.check_resume_config(run_dir, cfg, done=run.counters.iteration,
+                                   length_key="train.iterations", free_fields=RESUME_FREE_FIELDS,
+                                   allow_change=allow_config_change)
     final = run_dir / "final"
     if resumed_from is not None and run.counters.iteration >= cfg.train.iterations \
             and (final / "model.json").is_file():

@@ -18,7 +18,8 @@ A person writes moves in GTP coordinates: a column letter A..T without I, then t
 number counted from the bottom (`D4`), or `pass`.
 
 The board work (liberties, captures, legality, area) runs in numba-compiled kernels over a
-flat int8 board (0 empty, 1 black, 2 white). State arrays are read-only and never mutated.
+flat int8 board (0 empty, 1 black, 2 white), all on one flood fill (`_flood`). State arrays
+are read-only and never mutated.
 """
 
 from __future__ import annotations
@@ -37,49 +38,48 @@ EMPTY, BLACK, WHITE = 0, 1, 2
 # --------------------------------------------------------------------------- kernels
 
 
-@njit(cache=True)
-def _has_liberty(board, nbr, start, stack, mark, stamp):
+@njit(cache=True, inline="always")
+def _flood(board, nbr, start, mark, stamp, members, stop_at_liberty):
+    """Flood fill from `start` over the connected points holding its value: a stone group,
+    or an empty region. The one walk behind captures, suicide, legality and area.
+
+    Marks every point it reaches `mark[p] = stamp`: the region's points, listed in
+    `members[:size]`, and a group's liberties (the empty points beside it; a point's value
+    tells the two kinds apart). Returns (size, liberties, reach): the distinct liberties of a
+    group (0 for an empty region), and `reach`, the OR of the colours of the stones beside the
+    region that are not its own (1 black, 2 white: an empty region reaching only black stones
+    has reach 1, both colours 3). With `stop_at_liberty` it returns at a group's first
+    liberty, as (size so far, 1, reach so far); members then lists only part of the group.
+    Inlined into each kernel: a call per group made `_legal` about 7% slower."""
     color = board[start]
-    stack[0] = start
-    top = 1
     mark[start] = stamp
-    while top > 0:
-        top -= 1
-        q = stack[top]
+    members[0] = start
+    size = 1
+    head = 0
+    liberties = 0
+    reach = 0
+    while head < size:
+        q = members[head]
+        head += 1
         for k in range(4):
             r = nbr[q, k]
             if r < 0:
                 break
             v = board[r]
-            if v == 0:
-                return True
-            if v == color and mark[r] != stamp:
-                mark[r] = stamp
-                stack[top] = r
-                top += 1
-    return False
-
-
-@njit(cache=True)
-def _remove_group(board, nbr, zobrist, start, stack):
-    color = board[start]
-    board[start] = 0
-    stack[0] = start
-    top = 1
-    h = np.int64(0)
-    while top > 0:
-        top -= 1
-        q = stack[top]
-        h ^= zobrist[q, color]
-        for k in range(4):
-            r = nbr[q, k]
-            if r < 0:
-                break
-            if board[r] == color:
-                board[r] = 0
-                stack[top] = r
-                top += 1
-    return h
+            if v == color:
+                if mark[r] != stamp:
+                    mark[r] = stamp
+                    members[size] = r
+                    size += 1
+            elif v == 0:  # a liberty of the group
+                if stop_at_liberty:
+                    return size, 1, reach
+                if mark[r] != stamp:
+                    mark[r] = stamp
+                    liberties += 1
+            else:
+                reach |= v
+    return size, liberties, reach
 
 
 @njit(cache=True)
@@ -94,7 +94,7 @@ def _play(board, nbr, zobrist, point, color, pos_hash, seen):
     out[point] = color
     h = pos_hash ^ zobrist[point, color]
     opp = 3 - color
-    stack = np.empty(n, np.int32)
+    members = np.empty(n, np.int32)
     mark = np.zeros(n, np.int32)
     stamp = 0
     captured = False
@@ -104,12 +104,15 @@ def _play(board, nbr, zobrist, point, color, pos_hash, seen):
             break
         if out[r] == opp:
             stamp += 1
-            if not _has_liberty(out, nbr, r, stack, mark, stamp):
-                h ^= _remove_group(out, nbr, zobrist, r, stack)
+            size, liberties, _ = _flood(out, nbr, r, mark, stamp, members, True)
+            if liberties == 0:  # the walk did not stop early: members lists the whole group
+                for i in range(size):
+                    out[members[i]] = 0
+                    h ^= zobrist[members[i], opp]
                 captured = True
     if not captured:
         stamp += 1
-        if not _has_liberty(out, nbr, point, stack, mark, stamp):
+        if _flood(out, nbr, point, mark, stamp, members, True)[1] == 0:
             return 2, out, pos_hash, np.empty(0, np.int64)
     i = np.searchsorted(seen, h)
     if i < seen.shape[0] and seen[i] == h:
@@ -125,11 +128,10 @@ def _play(board, nbr, zobrist, point, color, pos_hash, seen):
 def _legal(board, nbr, zobrist, color, pos_hash, seen):
     """Boolean [n + 1] of legal moves for `color` (pass last, always legal)."""
     n = board.shape[0]
-    label = np.full(n, -1, np.int32)
+    label = np.full(n, -1, np.int32)  # a stone's group (the flood also marks liberties)
     libs = np.zeros(n, np.int32)
     group_hash = np.zeros(n, np.int64)
-    lib_mark = np.full(n, -1, np.int32)
-    stack = np.empty(n, np.int32)
+    members = np.empty(n, np.int32)
     groups = 0
     for p in range(n):
         col = board[p]
@@ -137,29 +139,11 @@ def _legal(board, nbr, zobrist, color, pos_hash, seen):
             continue
         g = groups
         groups += 1
-        label[p] = g
-        stack[0] = p
-        top = 1
+        size, liberties, _ = _flood(board, nbr, p, label, g, members, False)
         h = np.int64(0)
-        count = 0
-        while top > 0:
-            top -= 1
-            q = stack[top]
-            h ^= zobrist[q, col]
-            for k in range(4):
-                r = nbr[q, k]
-                if r < 0:
-                    break
-                v = board[r]
-                if v == 0:
-                    if lib_mark[r] != g:
-                        lib_mark[r] = g
-                        count += 1
-                elif v == col and label[r] < 0:
-                    label[r] = g
-                    stack[top] = r
-                    top += 1
-        libs[g] = count
+        for i in range(size):
+            h ^= zobrist[members[i], col]
+        libs[g] = liberties
         group_hash[g] = h
 
     out = np.zeros(n + 1, np.bool_)
@@ -207,36 +191,16 @@ def _area(board, nbr):
     n = board.shape[0]
     black = 0
     white = 0
-    visited = np.zeros(n, np.bool_)
-    stack = np.empty(n, np.int32)
+    visited = np.zeros(n, np.int32)
+    members = np.empty(n, np.int32)
     for p in range(n):
         v = board[p]
         if v == 1:
             black += 1
         elif v == 2:
             white += 1
-        elif not visited[p]:
-            visited[p] = True
-            stack[0] = p
-            top = 1
-            size = 0
-            reach = 0
-            while top > 0:
-                top -= 1
-                q = stack[top]
-                size += 1
-                for k in range(4):
-                    r = nbr[q, k]
-                    if r < 0:
-                        break
-                    w = board[r]
-                    if w == 0:
-                        if not visited[r]:
-                            visited[r] = True
-                            stack[top] = r
-                            top += 1
-                    else:
-                        reach |= w
+        elif visited[p] == 0:
+            size, _, reach = _flood(board, nbr, p, visited, 1, members, False)
             if reach == 1:
                 black += size
             elif reach == 2:
@@ -507,9 +471,9 @@ class Go:
         for point in np.flatnonzero(board):
             pos_hash ^= int(self._zobrist[point, board[point]])
         mark = np.zeros(self.num_points, np.int32)
-        stack = np.empty(self.num_points, np.int32)
+        members = np.empty(self.num_points, np.int32)
         for point in np.flatnonzero(board):
-            if not _has_liberty(board, self._nbr, point, stack, mark, point + 1):
+            if _flood(board, self._nbr, point, mark, point + 1, members, True)[1] == 0:
                 raise ValueError(f"the group at {action_to_gtp(self.size, point)} has no liberty")
         seen = _frozen(np.array([pos_hash], np.int64))
         return GoState(board, to_play, 0, 0, pos_hash, seen, -1, ())
