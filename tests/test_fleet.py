@@ -66,14 +66,16 @@ def test_inflight_run_survives_a_killed_worker(tmp_path, tiny_model_dir):
     # every prompt group trained on exactly once; the rest dropped (counted) or in flight
     assert len(accounting.trained_group_ids) == STEPS * PROMPTS
     assert len(set(accounting.trained_group_ids)) == len(accounting.trained_group_ids)
-    assert accounting.admitted == (accounting.trained + accounting.dropped_stale
-                                   + accounting.dropped_uniform + accounting.in_flight())
+    assert accounting.balanced(run.fleet.checkpoint_state()["ledger"]["in_flight"])
     assert accounting.dropped_uniform == 0  # grpo: no dynamic sampling
 
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     for row in rows:
         assert row["staleness/lag_max"] <= 1  # the bound, in every trained batch
+        assert row["fleet/ledger_trained"] == row["step"] * PROMPTS
+        assert row["fleet/ledger_admitted"] == sum(row[f"fleet/ledger_{k}"] for k in (
+            "trained", "dropped_stale", "dropped_uniform", "discarded_on_resume", "in_flight"))
         assert row["fleet/worker_restarts"] >= 0
     assert rows[-1]["fleet/worker_restarts"] >= 1
 
@@ -144,6 +146,30 @@ def test_killed_trainer_resumes_and_counts_what_was_in_flight(tmp_path, tiny_mod
     assert not left, f"processes outlived the killed trainer: {left}"
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    for row in rows:  # the ledger balances over the kill: the lost groups are discarded
+        assert row["fleet/ledger_trained"] == row["step"] * cfg.rollout.prompts_per_step
+        assert row["fleet/ledger_admitted"] == sum(row[f"fleet/ledger_{k}"] for k in (
+            "trained", "dropped_stale", "dropped_uniform", "discarded_on_resume", "in_flight"))
     after = [r for r in rows if r["fleet/discarded_on_resume"] > 0]
     assert after and after[0]["step"] <= 5  # counted from the first resumed step on
     assert all(r["staleness/lag_max"] <= 1 for r in rows)
+
+
+def test_fleet_resume_discards_what_the_killed_run_had_in_flight():
+    from rlscale.rlvr.fleet import FleetAccounting, fleet_resume
+
+    at_checkpoint = FleetAccounting(admitted=30, trained=24, dropped_stale=2, dropped_uniform=1)
+    saved = {"next_group": 30, "in_flight": 3, "ledger": at_checkpoint.ledger(3)}
+    # the killed run admitted 5 more groups after the checkpoint (logged in its metrics)
+    resumed = fleet_resume(saved, logged_admitted=35, trained=24)
+    assert resumed.next_group == 35  # their ids are never reused
+    acc = resumed.accounting
+    assert (acc.admitted, acc.trained, acc.discarded_on_resume) == (35, 24, 3 + 5)
+    assert acc.balanced(in_flight=0)
+    # nothing logged beyond the checkpoint: only the in-flight groups are lost
+    again = fleet_resume(saved, logged_admitted=0, trained=24)
+    assert again.next_group == 30 and again.accounting.discarded_on_resume == 3
+    assert again.accounting.balanced(in_flight=0)
+    # a checkpoint from before the ledger was kept: rebuilt, balanced
+    old = fleet_resume({"next_group": 30, "in_flight": 3}, logged_admitted=31, trained=24)
+    assert old.accounting.balanced(in_flight=0) and old.next_group == 31

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from faults_helpers import invoke, rlvr_config, zero_config
 from safetensors.torch import load_file
 
@@ -85,3 +86,54 @@ def test_zero_chaos_kills_match_an_unbroken_run(tmp_path):
         for key in ("credit/value_loss", "bias_variance/policy_loss", "moving/game_length",
                     "counters/samples"):
             assert a.get(key) == b.get(key), (a["step"], key)
+
+
+def _chaos_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "chaos.py"
+    spec = importlib.util.spec_from_file_location("chaos_soak", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chaos_soak"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_rlvr_fleet_soak_survives_worker_and_trainer_kills(tmp_path, tiny_model_dir):
+    """benchmarks/chaos.py's soak, short: an in-flight fleet run whose inference workers and
+    trainer are SIGKILLed at random; every step once, the ledger balanced at every step, the
+    staleness bound held, no process left."""
+    chaos = _chaos_module()
+    run = tmp_path / "soak"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 150},
+                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 3,
+                               "slots": 8},
+                      runtime={"mode": "inflight", "inference_workers": 2, "max_staleness": 1},
+                      checkpoint={"every": 5, "keep": 2})
+    soak = chaos.Soak("rlvr", ["rlvr", "train", str(cfg)], run, "ray::InferenceWorker", [],
+                      "pass@1", per_step=2, max_staleness=1)
+    result = chaos.run_soak(soak, worker_every=6, trainer_every=30, seed=0,
+                            log=tmp_path / "soak.log", timeout_s=900)
+    assert result.worker_kills >= 2 and result.trainer_kills >= 1, result
+    rows = chaos.read_rows(run)
+    assert chaos.ledger_problems(soak, rows) == []
+    assert len(rows) == 150 and rows[-1]["fleet/ledger_discarded_on_resume"] > 0
+    assert result.processes_seen > 3 and result.processes_left == [], result
+
+
+@pytest.mark.slow
+def test_zero_fleet_soak_survives_actor_and_learner_kills(tmp_path):
+    chaos = _chaos_module()
+    run = tmp_path / "soak"
+    cfg = zero_config(tmp_path, run, train={"iterations": 40, "threads": 1},
+                      runtime={"actors": 2}, checkpoint={"every": 2, "keep": 2})
+    soak = chaos.Soak("zero", ["zero", "train", str(cfg), "--no-progress"], run,
+                      "ray::SelfPlayWorker", [], "agreement", per_step=4)
+    result = chaos.run_soak(soak, worker_every=6, trainer_every=30, seed=1,
+                            log=tmp_path / "soak.log", timeout_s=900)
+    assert result.worker_kills >= 2 and result.trainer_kills >= 1, result
+    rows = chaos.read_rows(run)
+    assert chaos.ledger_problems(soak, rows) == []
+    assert len(rows) == 40
+    assert result.processes_seen > 3 and result.processes_left == [], result

@@ -32,6 +32,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -129,18 +130,59 @@ class InferenceWorker:
 
 @dataclass
 class FleetAccounting:
-    """Where every admitted prompt group went: trained once, dropped (counted) or in flight."""
+    """Where every admitted prompt group went, over the whole run and its resumes: trained
+    once, dropped (counted by cause), discarded by a resume (in flight when the run died), or
+    in flight now. `in_flight` is counted from the orchestrator's own records (groups being
+    generated or scored, and complete groups waiting for the trainer), not taken as the rest,
+    so `balanced()` is a real check: nothing lost, nothing counted twice."""
 
     admitted: int = 0
     trained: int = 0
     dropped_stale: int = 0
     dropped_uniform: int = 0          # dynamic sampling: all G rewards equal
+    discarded_on_resume: int = 0
     reissued_requests: int = 0
     worker_restarts: int = 0
     trained_group_ids: list[int] = field(default_factory=list)
 
-    def in_flight(self) -> int:
-        return self.admitted - self.trained - self.dropped_stale - self.dropped_uniform
+    def settled(self) -> int:
+        return self.trained + self.dropped_stale + self.dropped_uniform + self.discarded_on_resume
+
+    def balanced(self, in_flight: int) -> bool:
+        return self.admitted == self.settled() + in_flight
+
+    def ledger(self, in_flight: int) -> dict[str, int]:
+        """The counts a checkpoint keeps and every step logs (`fleet/ledger_*`)."""
+        return {"admitted": self.admitted, "trained": self.trained,
+                "dropped_stale": self.dropped_stale, "dropped_uniform": self.dropped_uniform,
+                "discarded_on_resume": self.discarded_on_resume, "in_flight": in_flight}
+
+
+@dataclass(frozen=True)
+class FleetResume:
+    """Where a resumed fleet goes on: the next group id and the accounting so far."""
+
+    next_group: int
+    accounting: FleetAccounting
+
+
+def fleet_resume(saved: dict[str, Any], logged_admitted: int, trained: int) -> FleetResume:
+    """The fleet a resumed run starts from `saved` (a checkpoint's `checkpoint_state`). The
+    killed run may have admitted groups after that checkpoint (`logged_admitted`, from its
+    metrics, is a lower bound): their ids are not reused, and they, with the groups in
+    flight at the checkpoint, count as discarded; everything else carries on. `trained`
+    (the checkpoint's step x P) rebuilds the ledger of a checkpoint written before it kept one."""
+    ledger = saved.get("ledger") or {  # older checkpoints: the drops were not kept apart
+        "admitted": saved["next_group"], "trained": trained, "dropped_stale": saved[
+            "next_group"] - trained - saved["in_flight"], "dropped_uniform": 0,
+        "discarded_on_resume": 0, "in_flight": saved["in_flight"]}
+    next_group = max(logged_admitted, saved["next_group"])
+    lost = ledger["in_flight"] + next_group - saved["next_group"]
+    return FleetResume(next_group, FleetAccounting(
+        admitted=ledger["admitted"] + next_group - saved["next_group"],
+        trained=ledger["trained"], dropped_stale=ledger["dropped_stale"],
+        dropped_uniform=ledger["dropped_uniform"],
+        discarded_on_resume=ledger["discarded_on_resume"] + lost))
 
 
 @dataclass
@@ -171,13 +213,13 @@ class FleetRollouts:
 
     def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
                  start_version: int, dynamic_sampling: bool,
-                 resumed: dict[str, int] | None = None) -> None:
+                 resumed: FleetResume | None = None) -> None:
         self.cfg, self.task, self.tokenizer, self.pool = cfg, task, tokenizer, pool
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
         self.size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
         self.dynamic_sampling = dynamic_sampling
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
-        self.accounting = FleetAccounting()
+        self.accounting = resumed.accounting if resumed else FleetAccounting()
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -187,8 +229,7 @@ class FleetRollouts:
         self._ready: list[_Ready] = []
         # Groups admitted and not dropped; the trainer has consumed start_version * P of them.
         self._live = start_version * self.per_step
-        self._next_group = resumed["next_group"] if resumed else start_version * self.per_step
-        self.discarded_on_resume = resumed["discarded"] if resumed else 0
+        self._next_group = resumed.next_group if resumed else start_version * self.per_step
         self._busy_s = 0.0
         self._row_steps = self._slot_steps = self._tokens = 0
         self._window_start = time.perf_counter()
@@ -214,7 +255,8 @@ class FleetRollouts:
         self.publish(state_dict, version)
         self._fleet = ActorFleet(make, rt.inference_workers, max_restarts=rt.max_worker_restarts)
         self._workers = [_WorkerState() for _ in range(rt.inference_workers)]
-        self._fleet.call_all("pid", timeout=300)  # every engine built: fail here, not later
+        # Every engine built: fail here, not later (one that dies meanwhile is restarted).
+        self._fleet.call_all("pid", timeout=300, on_death=self._on_death)
         self._thread = threading.Thread(target=self._run, name="rlscale-orchestrator",
                                         daemon=True)
         self._thread.start()
@@ -226,10 +268,17 @@ class FleetRollouts:
         if self._fleet is not None:
             self._fleet.shutdown("close")
 
-    def checkpoint_state(self) -> dict[str, int]:
-        """What a resumed run needs: where group ids go on, how many were in flight."""
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a resumed run needs: where group ids go on, and the accounting so far."""
         with self._cv:
-            return {"next_group": self._next_group, "in_flight": self.accounting.in_flight()}
+            in_flight = self._in_flight()
+            return {"next_group": self._next_group, "in_flight": in_flight,
+                    "ledger": self.accounting.ledger(in_flight)}
+
+    def _in_flight(self) -> int:
+        """Admitted groups not yet trained or dropped, counted where they are (call with
+        the lock held): being generated or scored, or complete and waiting."""
+        return len(self._groups) + len(self._ready)
 
     def worker_pids(self) -> list[int]:
         return self._fleet.call_all("pid") if self._fleet else []
@@ -268,7 +317,9 @@ class FleetRollouts:
                 "fleet/slot_utilisation": self._row_steps / max(self._slot_steps, 1),
                 "fleet/generated_tokens_per_s": self._tokens / max(window, 1e-9),
                 "fleet/groups_admitted": self._next_group,  # over the whole run
-                "fleet/discarded_on_resume": self.discarded_on_resume,
+                "fleet/discarded_on_resume": self.accounting.discarded_on_resume,
+                **{f"fleet/ledger_{k}": v for k, v in
+                   self.accounting.ledger(self._in_flight()).items()},
                 "fleet/reissued_requests": self.accounting.reissued_requests,
                 "fleet/worker_restarts": self.accounting.worker_restarts,
                 "staleness/dropped_group_share": self.accounting.dropped_stale / max(
@@ -308,19 +359,19 @@ class FleetRollouts:
         """Admit groups while their training step is within k of the newest weights."""
         newest = self._publisher.version
         while True:
-            with self._cv:
+            with self._cv:  # admitted and recorded at once: the ledger balances at any time
                 target = self._live // self.per_step
                 if target >= self.cfg.train.steps or target - newest > self.k:
                     return
                 group_id = self._next_group
+                rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
+                example = self.task.sample("train", rng)
+                ids = tuple(self.tokenizer(self.format(example),
+                                           add_special_tokens=False)["input_ids"])
+                self._groups[group_id] = _Group(group_id, example, ids, target)
                 self._next_group += 1
                 self._live += 1
                 self.accounting.admitted += 1
-            rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
-            example = self.task.sample("train", rng)
-            ids = tuple(self.tokenizer(self.format(example),
-                                       add_special_tokens=False)["input_ids"])
-            self._groups[group_id] = _Group(group_id, example, ids, target)
             for r in range(self.size):
                 self._pending.append(self._request(group_id * self.size + r))
 
@@ -369,7 +420,7 @@ class FleetRollouts:
                 continue  # a late copy of a re-issued request: recorded once only
             group.completions[row] = completion
             if len(group.completions) == self.size:
-                self._finish(self._groups.pop(group_id))
+                self._finish(group)  # it leaves `_groups` when it is queued or dropped
 
     def _on_death(self, died: ActorDied) -> None:
         self._workers[died.index] = _WorkerState()
@@ -395,6 +446,7 @@ class FleetRollouts:
                                                 time.perf_counter() - t0)
         uniform = max(scored.rewards) == min(scored.rewards)
         with self._cv:
+            del self._groups[group.group_id]
             if self.dynamic_sampling and uniform:
                 self.accounting.dropped_uniform += 1
                 self._live -= 1

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ from ..runtime.versions import staleness
 from . import lora, objectives, shaping
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
-from .fleet import FleetRollouts
+from .fleet import FleetResume, FleetRollouts, fleet_resume
 from .model import (
     PromptFormatter,
     enable_activation_checkpointing,
@@ -184,7 +185,8 @@ class RLVRRun:
         self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
         self.teacher_eval: float | None = None  # the teacher's held-out pass@1, once
-        self.fleet_state: dict[str, int] | None = None  # the fleet's, from a checkpoint
+        self.saved_fleet: dict[str, Any] | None = None  # the fleet's, from a checkpoint
+        self.fleet_resume: FleetResume | None = None
         self.start_step = 0
         # config.yaml shows the objective as it runs: the preset's values filled in.
         resolved = cfg.model_copy(update={
@@ -192,7 +194,9 @@ class RLVRRun:
             "train": cfg.train.model_copy(update={"compute_dtype": self.compute_dtype})})
         if resume:
             self._restore()
-            self._check_resumed_config(resolved, allow_config_change)
+            rundir.check_resume_config(self.run_dir, resolved, done=self.step,
+                                       length_key="train.steps", free_fields=RESUME_FREE_FIELDS,
+                                       allow_change=allow_config_change)
         dump_config(resolved, self.run_dir / "config.yaml")
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -202,13 +206,13 @@ class RLVRRun:
         if found is None:
             return  # nothing saved yet: --resume on a fresh directory starts from step 0
         self.start_step = self.step
-        if self.fleet_state is not None:
+        if self.saved_fleet is not None:
             # What the killed run had in flight after its checkpoint is gone: count it (at
             # least: admissions after its last logged step are unknown) and never reuse ids.
-            admitted = max([r.get("fleet/groups_admitted", 0) for r in
-                            read_metrics(self.run_dir)] + [self.fleet_state["next_group"]])
-            self.fleet_state = {"next_group": admitted, "discarded": (
-                self.fleet_state["in_flight"] + admitted - self.fleet_state["next_group"])}
+            logged = max([0] + [r.get("fleet/groups_admitted", 0)
+                                for r in read_metrics(self.run_dir)])
+            self.fleet_resume = fleet_resume(self.saved_fleet, logged,
+                                             self.step * self.cfg.rollout.prompts_per_step)
 
     def _load_checkpoint(self, path: Path) -> None:
         state = torch.load(path / "trainer_state.pt", weights_only=False)
@@ -223,7 +227,7 @@ class RLVRRun:
         self.trainer.version = state["version"]
         self.step = state["step"]
         self.last_eval = state.get("last_eval", {})
-        self.fleet_state = state.get("fleet")
+        self.saved_fleet = state.get("fleet")
         ckpt.set_rng_state(state["rng"])
 
     def _config_lr_wins(self) -> None:
@@ -236,21 +240,6 @@ class RLVRRun:
             group.update(initial_lr=t.lr, lr=t.lr * schedule(sched.last_epoch),
                          weight_decay=t.weight_decay)
         sched._last_lr = [g["lr"] for g in self.trainer.optimizer.param_groups]
-
-    def _check_resumed_config(self, resolved: RLVRConfig, allow_change: bool) -> None:
-        if self.step > self.cfg.train.steps:
-            raise rundir.RunDirError(
-                f"the run in {self.run_dir} has done {self.step} steps; train.steps="
-                f"{self.cfg.train.steps} is below that (raise it to continue the run)")
-        recorded = rundir.read_recorded_config(self.run_dir)
-        if recorded is not None:
-            try:  # fields added since the run started compare as their defaults
-                recorded = config_to_dict(RLVRConfig.model_validate(recorded))
-            except ValueError:
-                pass
-        rundir.check_resume_config(self.run_dir, recorded, config_to_dict(resolved),
-                                   step=self.step + 1, free_fields=RESUME_FREE_FIELDS,
-                                   allow_change=allow_change)
 
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
@@ -396,7 +385,7 @@ class RLVRRun:
                              num_cpus=max(os.cpu_count() or 1, self.cfg.runtime.inference_workers)):
                 self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                            start_version=self.trainer.version,
-                                           resumed=self.fleet_state,
+                                           resumed=self.fleet_resume,
                                            dynamic_sampling=self.objective.dynamic_sampling)
                 try:
                     self.fleet.start(self.model.state_dict(), self.trainer.version)

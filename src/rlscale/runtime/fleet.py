@@ -218,11 +218,32 @@ class ActorFleet:
         self.restarts += 1
         return ActorDied(index, lost, type(exc).__name__)
 
-    def call_all(self, method: str, *args: Any, timeout: float = 60.0) -> list[Any]:
-        """Call `method` on every actor with no call in flight and wait (setup, queries)."""
+    def call_all(self, method: str, *args: Any, timeout: float = 60.0,
+                 on_death: Callable[[ActorDied], None] | None = None) -> list[Any]:
+        """Call `method` on every actor with no call in flight and wait (setup, queries). An
+        actor that dies meanwhile is restarted and called again when `on_death` is given
+        (told of each death, as `wait`'s callers are); without it the death is a FleetError."""
         ray = import_ray()
-        refs = [getattr(m.handle, method).remote(*args) for m in self.members]
-        return ray.get(refs, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        results: list[Any] = [None] * len(self.members)
+        calls = {getattr(m.handle, method).remote(*args): i for i, m in enumerate(self.members)}
+        while calls:
+            ready, _ = ray.wait(list(calls), num_returns=1,
+                                timeout=max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                raise FleetError(f"actors {sorted(calls.values())} did not answer '{method}' "
+                                 f"within {timeout:.0f} s")
+            index = calls.pop(ready[0])
+            try:
+                results[index] = ray.get(ready[0])
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                    ray.exceptions.ObjectLostError) as exc:
+                if on_death is None:
+                    raise FleetError(f"actor {index} died during '{method}': "
+                                     f"{str(exc).splitlines()[0]}") from None
+                on_death(self._restart(index, exc))
+                calls[getattr(self.members[index].handle, method).remote(*args)] = index
+        return results
 
     def shutdown(self, method: str | None = None) -> None:
         """Let each actor clean up (`method`, best effort), then kill it."""

@@ -178,7 +178,8 @@ class FleetSelfPlay:
 
         self.publish(state_dict, version)
         self._fleet = ActorFleet(make, self.size, max_restarts=cfg.runtime.max_actor_restarts)
-        self._fleet.call_all("pid", timeout=300)  # every worker built: fail here, not later
+        # Every worker built: fail here, not later (one that dies meanwhile is restarted).
+        self._fleet.call_all("pid", timeout=300, on_death=self._on_death)
         self._window_start = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="rlscale-selfplay", daemon=True)
         self._thread.start()
@@ -231,7 +232,10 @@ class FleetSelfPlay:
                 "fleet/learner_wait_s": wait,
                 "fleet/actor_busy_share": self._busy_s / max(stats.seconds * self.size, 1e-9),
                 "fleet/queued_games": float(len(self.queue)),
+                # delivered = taken + queued at every step: no game lost or taken twice
                 "fleet/games_delivered": float(len(acc.delivered)),
+                "fleet/games_taken": float(len(acc.taken)),
+                "fleet/duplicate_games": float(acc.duplicates),
                 "fleet/games_redone": float(acc.games_redone),
                 "fleet/actor_restarts": float(acc.actor_restarts),
                 "fleet/discarded_on_resume": float(acc.discarded_on_resume),
