@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm test-vllm demo demo-reasoning test lint clean
+.PHONY: install install-vllm test-vllm demo demo-reasoning test lint docs-config clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -50,6 +50,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+
+# docs/config.md from the pydantic configs; tests/test_config_docs.py fails when it is stale.
+docs-config: $(STAMP)
+	$(BIN)/python -m rlscale.config_docs docs/config.md
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
