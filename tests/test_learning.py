@@ -53,7 +53,7 @@ def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path):
     task_cfg = {"name": "long_arithmetic", "options": REASONING_OPTIONS}
     base = sft(build_config(SFTConfig, {
         "init_preset": "tiny", "out": str(tmp_path / "base"), "run_dir": str(tmp_path / "sft"),
-        "task": task_cfg, "data": {"examples": 4000}, "steps": 400, "batch_size": 64,
+        "task": task_cfg, "data": {"examples": 4000}, "steps": 800, "batch_size": 64,
         "lr": 3e-3, "warmup_steps": 20, "pack": True, "tensorboard": False,
         "progress": False}))
     task = make_task("long_arithmetic", **REASONING_OPTIONS)

@@ -106,7 +106,7 @@ def train_command(
         help="--resume with a config that changes the math; recorded in config_changes.jsonl"
     )] = False,
 ) -> None:
-    """Train with a GRPO-family objective; see the README's config reference."""
+    """Train with a GRPO-family objective; every config key: docs/config.md."""
     from .config import load_config
     from .rlvr.config import RLVRConfig
     from .rlvr.loop import train
