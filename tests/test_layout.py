@@ -94,20 +94,16 @@ def _loss_and_grads(pack: bool, micro_batch_tokens: int = 0):
     batch = _batch(seed=1, sequences=8)
     model = _model()
     logp, _ = completion_logprobs(model, batch, pack=pack)
-    o = GRPO
-    loss, _ = objectives.policy_loss(
+    loss = objectives.policy_loss(objectives.LossInputs(
         logp, logp.detach(), batch.advantages, batch.mask, behaviour_logp=batch.sampler_logprobs,
-        num_sequences=len(batch), num_tokens=float(batch.mask.sum()),
-        ratio_level=o.ratio_level, clip_low=o.clip_low, clip_high=o.clip_high,
-        aggregation=o.aggregation, norm_length=o.norm_length, is_correction=o.is_correction,
-        is_threshold=o.is_threshold, kl_coef=0.0, kl_kind=o.kl_kind)
+        num_sequences=len(batch), num_tokens=float(batch.mask.sum())), GRPO).loss
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     trainer = PolicyTrainer(_model(), None, GRPO, lr=1e-3, weight_decay=0.0,
                             warmup_steps=0, grad_clip=1e9, minibatches=1, epochs=1,
                             micro_batch_size=0, temperature=1.0, pack=pack,
                             micro_batch_tokens=micro_batch_tokens)
-    metrics = trainer.step(batch, torch.Generator().manual_seed(0))
+    metrics = trainer.step(batch, torch.Generator().manual_seed(0)).metrics
     return metrics, float(loss.detach()), grads
 
 

@@ -44,7 +44,7 @@ def test_reference_by_disabled_adapters_equals_the_base_model(tiny_model_dir):
     trainer = _trainer(model)
     batch = _batch()
     for _ in range(3):  # the adapters move away from zero
-        metrics = trainer.step(batch, torch.Generator().manual_seed(0))
+        metrics = trainer.step(batch, torch.Generator().manual_seed(0)).metrics
     assert metrics["kl/mean"] > 0  # the KL term saw a reference that differs from the policy
     reference = trainer.reference_logprobs(batch)
     base_logp = _trainer(base).score_logprobs(base, batch)

@@ -11,6 +11,7 @@ from rlscale.rlvr.objectives import (
     PRESETS,
     RATIO_LEVELS,
     Aggregation,
+    LossInputs,
     Objective,
     demonstration_loss,
     dft_loss,
@@ -28,6 +29,15 @@ from rlscale.rlvr.objectives import (
 
 torch.set_num_threads(1)
 F64 = torch.float64
+
+
+def loss_of(logp, old, adv, mask, *, behaviour_logp=None, ref_logp=None, num_sequences=None,
+            num_tokens=None, **objective):
+    """policy_loss on these tensors with an Objective of `objective`'s fields: (loss, metrics
+    by their logged names)."""
+    out = policy_loss(LossInputs(logp, old, adv, mask, behaviour_logp, ref_logp, num_sequences,
+                                 num_tokens), Objective(**objective))
+    return out.loss, out.metrics.as_dict()
 
 
 def close(actual, expected, tol=1e-9):
@@ -76,7 +86,7 @@ def test_uniform_group_gives_zero_gradient():
     old = logp.detach() + 0.1 * torch.randn(3, 4, dtype=F64)
     for level in ["token", "sequence", "sequence_mean"]:
         logp.grad = None
-        loss, _ = policy_loss(logp, old, adv, torch.ones(3, 4), ratio_level=level)
+        loss, _ = loss_of(logp, old, adv, torch.ones(3, 4), ratio_level=level)
         loss.backward()
         assert loss.item() == 0.0
         assert torch.count_nonzero(logp.grad) == 0
@@ -117,7 +127,7 @@ def test_k3_nonnegative_and_close_to_k2_for_small_d():
 def test_kl_term_in_loss():
     logp = torch.zeros(1, 2, dtype=F64, requires_grad=True)
     ref = torch.tensor([[1.0, -0.5]], dtype=F64)
-    loss, metrics = policy_loss(
+    loss, metrics = loss_of(
         logp,
         logp.detach(),
         torch.zeros(1),
@@ -133,7 +143,7 @@ def test_kl_term_in_loss():
     # d k3 / d logp = 1 - exp(d): (1 - e, 1 - exp(-0.5)) * 0.1 / 2
     close(logp.grad, [[0.1 * (1 - math.e) / 2, 0.1 * (1 - math.exp(-0.5)) / 2]])
     with pytest.raises(ValueError):
-        policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2), kl_coef=0.1)
+        loss_of(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2), kl_coef=0.1)
 
 
 # ----------------------------------------------------------------------------- ratio and clip
@@ -166,7 +176,7 @@ HAND_LOSSES = {
 def test_token_loss_by_hand(aggregation):
     assert set(HAND_LOSSES) == set(AGGREGATIONS)
     logp, old, adv, mask = two_by_three()
-    loss, metrics = policy_loss(logp, old, adv, mask, aggregation=aggregation, norm_length=4)
+    loss, metrics = loss_of(logp, old, adv, mask, aggregation=aggregation, norm_length=4)
     close(loss.item(), HAND_LOSSES[aggregation])
     close(metrics["loss"], HAND_LOSSES[aggregation])
     # one of five active tokens binds on each side
@@ -180,7 +190,7 @@ def test_token_loss_by_hand(aggregation):
 
 def test_token_gradient_by_hand():
     logp, old, adv, mask = two_by_three()
-    loss, _ = policy_loss(logp, old, adv, mask, aggregation="token-mean")
+    loss, _ = loss_of(logp, old, adv, mask, aggregation="token-mean")
     loss.backward()
     # d(-r A)/d logp = -r A / 5 on unclipped branches; clipped branches and pad give 0
     close(logp.grad, [[-1.0 / 5, 0.0, -0.5 / 5], [0.0, 1.5 / 5, 0.0]])
@@ -192,7 +202,7 @@ def test_clip_sides_with_signs():
     ratios = torch.tensor([[1.5], [1.5], [0.6], [0.6]], dtype=F64)
     logp = ratios.log().requires_grad_(True)
     adv = torch.tensor([2.0, -2.0, 3.0, -3.0])
-    loss, metrics = policy_loss(
+    loss, metrics = loss_of(
         logp,
         torch.zeros_like(logp),
         adv,
@@ -216,12 +226,12 @@ def test_sequence_level_by_hand():
     logp, old, adv, mask = two_by_three()
     # s_0 = 1 * 1.5 * 0.5 = 0.75, A=+1 -> min(0.75, 0.8) = 0.75
     # s_1 = 0.5 * 1.5 = 0.75, A=-1 -> min(-0.75, -0.8) = -0.8 (clip low)
-    loss, metrics = policy_loss(logp, old, adv, mask, ratio_level="sequence")
+    loss, metrics = loss_of(logp, old, adv, mask, ratio_level="sequence")
     close(loss.item(), -(0.75 - 0.8) / 2)
     assert metrics["clip/low_frac"] == 0.5 and metrics["clip/high_frac"] == 0.0
     close(sequence_ratio(logp, old, mask), [0.75, 0.75])
     # GSPO: s_0 = 0.75^(1/3) = 0.908560296, s_1 = 0.75^(1/2) = 0.866025404, both unclipped
-    loss, metrics = policy_loss(logp, old, adv, mask, ratio_level="sequence_mean")
+    loss, metrics = loss_of(logp, old, adv, mask, ratio_level="sequence_mean")
     close(loss.item(), -(0.908560296416 - 0.866025403784) / 2)
     close(metrics["ratio/max"], 0.908560296416)
 
@@ -247,7 +257,7 @@ def test_on_policy_gradients_agree_across_levels():
     def grad(**kw):
         logp = torch.randn(3, 5, dtype=F64, generator=torch.Generator().manual_seed(2))
         logp.requires_grad_(True)
-        policy_loss(logp, logp.detach(), adv, mask, **kw)[0].backward()
+        loss_of(logp, logp.detach(), adv, mask, **kw)[0].backward()
         return logp.grad
 
     # sequence ratio: grad = -A_i sum_t grad logp_t / B == token-level seq-mean-token-sum
@@ -257,7 +267,7 @@ def test_on_policy_gradients_agree_across_levels():
     # old_logp is a constant even when handed the very tensor that carries the gradient
     logp = torch.randn(3, 5, dtype=F64, generator=torch.Generator().manual_seed(2))
     logp.requires_grad_(True)
-    policy_loss(logp, logp, adv, mask, ratio_level="sequence")[0].backward()
+    loss_of(logp, logp, adv, mask, ratio_level="sequence")[0].backward()
     close(logp.grad, sequence, 1e-12)
     # GSPO: grad = -A_i mean_t grad logp_t / B == token-level seq-mean-token-mean
     gspo = grad(ratio_level="sequence_mean")
@@ -272,7 +282,7 @@ def test_empty_rows_are_finite():
     for level in ["token", "sequence", "sequence_mean"]:
         for aggregation in AGGREGATIONS:
             logp.grad = None
-            loss, metrics = policy_loss(
+            loss, metrics = loss_of(
                 logp,
                 logp.detach() - 0.1,
                 adv,
@@ -289,14 +299,14 @@ def test_empty_rows_are_finite():
             assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
             assert (logp.grad[1] == 0).all()
             assert all(math.isfinite(v) for v in metrics.values())
-    loss, metrics = policy_loss(logp, logp.detach(), adv, torch.zeros(3, 4))
+    loss, metrics = loss_of(logp, logp.detach(), adv, torch.zeros(3, 4))
     assert loss.item() == 0.0 and all(math.isfinite(v) for v in metrics.values())
 
 
 def test_norm_length_required():
     logp, old, adv, mask = two_by_three()
     with pytest.raises(ValueError):
-        policy_loss(logp, old, adv, mask, aggregation="seq-mean-token-sum-norm")
+        loss_of(logp, old, adv, mask, aggregation="seq-mean-token-sum-norm")
 
 
 # ----------------------------------------------------------------------------- behaviour correction
@@ -313,7 +323,7 @@ def behaviour_case(weights):
 def test_tis_caps_and_is_detached():
     logp, old, mu = behaviour_case([0.5, 3.0, 1.0])
     adv, mask = torch.tensor([1.0]), torch.ones(1, 3)
-    loss, metrics = policy_loss(
+    loss, metrics = loss_of(
         logp,
         old,
         adv,
@@ -333,7 +343,7 @@ def test_tis_caps_and_is_detached():
     close(metrics["behaviour/truncated_frac"], 1 / 3)
     # "none" ignores the weights in the loss but still logs them
     logp.grad = None
-    plain, metrics = policy_loss(logp, old, adv, mask, behaviour_logp=mu, aggregation="token-mean")
+    plain, metrics = loss_of(logp, old, adv, mask, behaviour_logp=mu, aggregation="token-mean")
     plain.backward()
     close(logp.grad, [[-1 / 3, -1 / 3, -1 / 3]])
     close(metrics["behaviour/weight_max"], 3.0)
@@ -341,7 +351,7 @@ def test_tis_caps_and_is_detached():
 
 def test_mis_zeroes_outside_band():
     logp, old, mu = behaviour_case([0.4, 3.0, 1.25])
-    loss, metrics = policy_loss(
+    loss, metrics = loss_of(
         logp,
         old,
         torch.tensor([-1.0]),
@@ -361,7 +371,7 @@ def test_mis_zeroes_outside_band():
 def test_sequence_level_behaviour_weight():
     logp, old, mu = behaviour_case([0.5, 3.0, 1.0])  # product 1.5, geometric mean 1.5^(1/3)
     for level, w in [("sequence", 1.5), ("sequence_mean", 1.5 ** (1 / 3))]:
-        loss, metrics = policy_loss(
+        loss, metrics = loss_of(
             logp,
             old,
             torch.tensor([1.0]),
@@ -400,14 +410,14 @@ def test_micro_batches_sum_to_minibatch(level, aggregation):
         kl_coef=0.05,
     )
 
-    whole, _ = policy_loss(logp, old, adv, mask, **kw)
+    whole, _ = loss_of(logp, old, adv, mask, **kw)
     (whole_grad,) = torch.autograd.grad(whole, logp)
 
     total = 0.0
     for rows in [slice(0, 2), slice(2, 3), slice(3, 7)]:
         width = int(lengths[rows].max())  # each micro-batch drops its own padding columns
         cols = slice(0, max(width, 1))
-        part, _ = policy_loss(
+        part, _ = loss_of(
             logp[rows, cols],
             old[rows, cols],
             adv[rows],
@@ -477,21 +487,9 @@ def test_presets_are_complete_and_valid():
     # every preset runs through policy_loss
     logp, old, adv, mask = two_by_three()
     for preset in PRESETS.values():
-        loss, _ = policy_loss(
-            logp,
-            old,
-            adv,
-            mask,
-            ratio_level=preset.ratio_level,
-            clip_low=preset.clip_low,
-            clip_high=preset.clip_high,
-            aggregation=preset.aggregation,
-            norm_length=preset.norm_length or 3,
-            ref_logp=old,
-            kl_coef=preset.kl_coef,
-            kl_kind=preset.kl_kind,
-        )
-        assert torch.isfinite(loss)
+        out = policy_loss(LossInputs(logp, old, adv, mask, ref_logp=old),
+                          dataclasses.replace(preset, norm_length=preset.norm_length or 3))
+        assert torch.isfinite(out.loss)
 
 
 # ----------------------------------------------------------------------------- the typed record
@@ -515,6 +513,37 @@ def test_objective_names_are_checked_against_the_registries(field, value):
         dataclasses.replace(PRESETS["grpo"], **{field: value})
 
 
+@pytest.mark.parametrize("field, value, rule", [
+    ("clip_low", -0.1, ">= 0"), ("norm_length", 0, ">= 1"), ("is_threshold", 1.0, "> 1"),
+    ("entropy_top_rho", 0.0, "> 0"), ("entropy_top_rho", 1.5, "<= 1"),
+    ("overlong_buffer_frac", 0.0, "> 0"), ("teacher_weight", -1.0, ">= 0")])
+def test_objective_numbers_are_checked_against_their_bounds(field, value, rule):
+    with pytest.raises(ValueError, match=f"{field} must be {rule}"):
+        dataclasses.replace(PRESETS["grpo"], **{field: value})
+    assert Objective(norm_length=None).norm_length is None  # None: the loop's max_new_tokens
+
+
+def test_loss_output_is_typed_and_logs_the_same_names():
+    logp, old, adv, mask = two_by_three()
+    mu, ref = old - 0.1, old + 0.2
+    out = policy_loss(LossInputs(logp, old, adv, mask, behaviour_logp=mu, ref_logp=ref),
+                      Objective(kl_coef=0.1, is_correction="tis"))
+    m = out.metrics
+    assert m.total_loss == out.loss.item()
+    close(m.total_loss, m.policy_loss + 0.1 * m.kl_loss)
+    assert m.kl_mean is not None and m.kl_old_new >= 0.0
+    assert list(m.as_dict()) == [
+        "behaviour/weight_mean", "behaviour/weight_max", "behaviour/truncated_frac",
+        "behaviour/masked_frac", "kl/mean", "kl/loss", "clip/low_frac", "clip/high_frac",
+        "clip/frac", "ratio/mean", "ratio/max", "kl/old_new", "loss/policy", "loss"]
+    # without a reference or a behaviour policy those figures are absent, not zero
+    plain = policy_loss(LossInputs(logp, old, adv, mask), Objective()).metrics
+    assert plain.kl_mean is None and plain.kl_loss is None and plain.behaviour == {}
+    assert not {"kl/mean", "kl/loss", "behaviour/weight_mean"} & set(plain.as_dict())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.metrics.total_loss = 0.0
+
+
 def test_policy_loss_dispatches_through_the_ratio_level_registry():
     assert RATIO_LEVELS["token"].loss is token_level_loss
     assert RATIO_LEVELS["sequence"].loss is sequence_level_loss
@@ -525,7 +554,7 @@ def test_policy_loss_dispatches_through_the_ratio_level_registry():
         direct = RATIO_LEVELS[level].loss(
             ratio, adv, mask, clip_low=0.1, clip_high=0.2, behaviour_weight=None,
             aggregate=Aggregation("seq-mean-token-sum", num_sequences=4))
-        through, _ = policy_loss(logp, old, adv, mask, ratio_level=level, clip_low=0.1,
+        through, _ = loss_of(logp, old, adv, mask, ratio_level=level, clip_low=0.1,
                                  clip_high=0.2, aggregation="seq-mean-token-sum",
                                  num_sequences=4)
         assert direct.item() == through.item()

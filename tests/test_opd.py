@@ -37,8 +37,8 @@ def test_teacher_equal_to_student_gives_zero_advantage_and_zero_gradient():
     o = PRESETS["opd"]
     adv = objectives.mixed_advantages(torch.tensor([0.7, -0.7]), token,
                                       reward_weight=o.reward_weight, teacher_weight=o.teacher_weight)
-    loss, _ = objectives.policy_loss(logp, logp.detach(), adv, mask, aggregation=o.aggregation)
-    loss.backward()
+    out = objectives.policy_loss(objectives.LossInputs(logp, logp.detach(), adv, mask), o)
+    out.loss.backward()
     assert torch.equal(logp.grad, torch.zeros_like(logp))
 
 
@@ -48,8 +48,9 @@ def test_per_token_advantages_give_each_token_its_own_gradient():
     logp = torch.tensor([[-1.0, -2.0, -0.7], [-0.3, -1.5, -4.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     adv = torch.tensor([[0.5, -1.0, 2.0], [0.25, 0.0, 3.0]])
-    loss, _ = objectives.policy_loss(logp, logp.detach(), adv, mask, aggregation="token-mean")
-    loss.backward()
+    out = objectives.policy_loss(objectives.LossInputs(logp, logp.detach(), adv, mask),
+                                 Objective(aggregation="token-mean"))
+    out.loss.backward()
     assert torch.allclose(logp.grad, -adv * mask / 5)
 
 
@@ -67,8 +68,9 @@ def test_per_token_advantages_need_token_ratios():
     with pytest.raises(ValueError, match="ratio_level 'token'"):
         replace(PRESETS["opd"], ratio_level="sequence")
     with pytest.raises(ValueError, match="ratio_level 'token'"):
-        objectives.policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3),
-                               torch.ones(2, 3), ratio_level="sequence")
+        objectives.policy_loss(objectives.LossInputs(torch.zeros(2, 3), torch.zeros(2, 3),
+                                                     torch.zeros(2, 3), torch.ones(2, 3)),
+                               Objective(ratio_level="sequence"))
     assert PRESETS["opd"].uses_teacher and not PRESETS["grpo"].uses_teacher
     assert Objective().reward_weight == 1.0
 

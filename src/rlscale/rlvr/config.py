@@ -1,14 +1,18 @@
 """The typed config of `rlscale rlvr train` and `rlscale sft`, read top to bottom.
 
-Every field is documented here; the README's config reference is generated from these
-docstrings' content. Unknown or ill-typed fields are errors (see rlscale.config).
+Every field is documented here; docs/config.md is generated from these configs
+(`make docs-config`, rlscale/config_docs.py). Unknown or ill-typed fields are errors (see
+rlscale.config).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+import pydantic
 from pydantic import Field, model_validator
 
 from ..config import (
@@ -19,9 +23,7 @@ from ..config import (
     LoggingConfig,
     StrictModel,
 )
-
-if TYPE_CHECKING:
-    from .objectives import Objective
+from .objectives import PRESETS, Objective
 
 
 class LoraSettings(StrictModel):
@@ -109,37 +111,43 @@ class RolloutConfig(StrictModel):
         True, description="in-flight update: recompute running rows' KV cache with new weights")
 
 
-class LossConfig(StrictModel):
-    """The objective: a preset (rlscale.rlvr.objectives.PRESETS, each an `Objective`) and
-    overrides of its fields, one field here per field there (a test keeps them equal).
+# Descriptions of `loss.*` keys beyond config_docs.NOTES (the doc's wording for the others).
+LOSS_HELP = {
+    "norm_length": "None: rollout.max_new_tokens",
+    "kl_coef": "beta, KL to the frozen reference",
+    "reward_weight": "weight of the verifier's advantage (opd: 0; > 0 mixes it in)",
+    "teacher_weight": "weight of the teacher's per-token advantage (needs teacher.path)",
+}
+
+
+def _loss_field(spec: dataclasses.Field, kind: Any) -> tuple[Any, Any]:
+    """`loss.<name>`: the `Objective` field's type (a name field: its registry's keys, in
+    registration order) or None, with the field's bounds."""
+    choices = spec.metadata.get("choices")
+    if choices is not None:
+        kind = Literal[tuple(choices)]
+    return (kind | None, Field(None, description=LOSS_HELP.get(spec.name),
+                               **spec.metadata.get("bounds", {})))
+
+
+def _loss_config() -> type[StrictModel]:
+    kinds = typing.get_type_hints(Objective)
+    specs = dataclasses.fields(Objective)
+    unknown = set(LOSS_HELP) - {spec.name for spec in specs}
+    if unknown:
+        raise TypeError(f"LOSS_HELP names no Objective field: {sorted(unknown)}")
+    return pydantic.create_model(
+        "LossConfig", __base__=StrictModel, __module__=__name__,
+        __doc__="""The objective: a preset (rlscale.rlvr.objectives.PRESETS, each an `Objective`) and
+    overrides of its fields: one key here per field there, built from that record (its
+    fields, their registries' names and their bounds).
 
     A field left at None takes the preset's value; config.yaml of a run shows them resolved.
-    """
+    """,
+        **{spec.name: _loss_field(spec, kinds[spec.name]) for spec in specs})
 
-    advantage_std_normalize: bool | None = None
-    advantage_leave_one_out: bool | None = None
-    ratio_level: Literal["token", "sequence", "sequence_mean"] | None = None
-    clip_low: float | None = Field(None, ge=0)
-    clip_high: float | None = Field(None, ge=0)
-    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                         "seq-mean-token-sum-norm"] | None = None
-    norm_length: int | None = Field(None, ge=1, description="None: rollout.max_new_tokens")
-    kl_coef: float | None = Field(None, ge=0, description="beta, KL to the frozen reference")
-    kl_kind: Literal["k1", "k2", "k3"] | None = None
-    dynamic_sampling: bool | None = None
-    overlong_penalty: bool | None = None
-    overlong_buffer_frac: float | None = Field(None, gt=0, le=1)
-    is_correction: Literal["none", "tis", "mis"] | None = None
-    is_threshold: float | None = Field(None, gt=1)
-    # Refinements that no preset sets (issue 3): defaults are "off".
-    length_penalty_per_token: float | None = Field(None, ge=0)
-    adaptive_length_penalty: float | None = Field(None, ge=0)
-    entropy_top_rho: float | None = Field(None, gt=0, le=1)
-    # The advantage mix: verifier (group-relative, per sequence) and teacher (per token).
-    reward_weight: float | None = Field(
-        None, ge=0, description="weight of the verifier's advantage (opd: 0; > 0 mixes it in)")
-    teacher_weight: float | None = Field(
-        None, ge=0, description="weight of the teacher's per-token advantage (needs teacher.path)")
+
+LossConfig = _loss_config()
 
 
 class TrainConfig(StrictModel):
@@ -263,8 +271,6 @@ class RLVRConfig(StrictModel):
 
     @model_validator(mode="after")
     def _known_objective(self) -> RLVRConfig:
-        from .objectives import PRESETS
-
         if self.objective not in PRESETS:
             raise ValueError(f"unknown objective '{self.objective}' (known: {', '.join(PRESETS)})")
         uses_teacher = self.resolved_objective().uses_teacher
@@ -301,8 +307,6 @@ class RLVRConfig(StrictModel):
     def resolved_objective(self) -> Objective:
         """The preset with this config's `loss.*` overrides; `norm_length` None becomes
         `rollout.max_new_tokens`."""
-        from .objectives import PRESETS
-
         objective = replace(PRESETS[self.objective], **self.loss.model_dump(exclude_none=True))
         if objective.norm_length is None:
             objective = replace(objective, norm_length=self.rollout.max_new_tokens)

@@ -307,11 +307,12 @@ class RLVRRun:
         lag_stats = staleness(self.trainer.version, token_versions.tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
-        metrics.update(self.trainer.step(batch, generator))
+        update = self.trainer.step(batch, generator)
+        metrics.update(update.metrics)
         metrics["time/update_s"] = time.perf_counter() - t1
         if cfg.train.post_update_stats and (self.step + 1) % cfg.train.post_update_stats_every == 0:
             t2 = time.perf_counter()
-            metrics.update(self.trainer.update_stats(batch))
+            metrics.update(self.trainer.update_stats(batch, update))
             metrics["time/post_update_stats_s"] = time.perf_counter() - t2
         t_train = time.perf_counter() - t1
         metrics.update(peak_memory_gib(self.device))

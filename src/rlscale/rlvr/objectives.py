@@ -17,8 +17,10 @@ DESIGN.md ("Math conventions").
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -389,16 +391,17 @@ def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
 # stale weights in async runs). The weight w = pi_old / mu is detached, formed at the same
 # level as the ratio, and bounded so one odd sample cannot dominate the batch.
 
-BEHAVIOUR_CORRECTIONS: dict[str, Callable[[Tensor, float], Tensor]] = {}
+def unit_weight(values: Tensor, _: object) -> Tensor:
+    """A weight of 1 on every entry of `values`: the behaviour correction "none" (samples
+    treated as on-policy for pi_old; their weights are still logged), and SFT's demonstration
+    weight "one" (`w_t = 1` on every target token, see "SFT and DFT")."""
+    return torch.ones_like(values)
+
+
+BEHAVIOUR_CORRECTIONS: dict[str, Callable[[Tensor, float], Tensor]] = {"none": unit_weight}
 
 
 register_behaviour_correction = registrar(BEHAVIOUR_CORRECTIONS)
-
-
-@register_behaviour_correction("none")
-def no_correction(weight: Tensor, threshold: float) -> Tensor:
-    """Treat samples as on-policy for pi_old (the weights are still logged)."""
-    return torch.ones_like(weight)
 
 
 @register_behaviour_correction("tis")
@@ -418,90 +421,116 @@ def masked_importance_sampling(weight: Tensor, threshold: float) -> Tensor:
 # ----------------------------------------------------------------------------- the loss
 
 
-def policy_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    ratio_level: str = "token",
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    aggregation: str = "seq-mean-token-mean",
-    norm_length: float | None = None,
-    behaviour_logp: Tensor | None = None,
-    is_correction: str = "none",
-    is_threshold: float = 2.0,
-    ref_logp: Tensor | None = None,
-    kl_coef: float = 0.0,
-    kl_kind: str = "k3",
-    num_sequences: int | None = None,
-    num_tokens: float | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Clipped policy-gradient loss (to minimise) and its metrics.
+@dataclass(frozen=True)
+class LossInputs:
+    """What the loss reads of one (micro-)batch.
 
     `logp` carries the gradient; `old_logp` (the trainer's pi_old), `behaviour_logp` (the
-    sampler's mu) and `ref_logp` are treated as constants. All are `[B, T]`, `advantages`
-    is `[B]`, or `[B, T]` per-token advantages (token ratios only).
-
-    `ratio_level` names the level (RATIO_LEVELS) whose surrogate this dispatches to:
-    `token_level_loss` (one clipped surrogate per token, aggregated with `aggregation`) or
-    `sequence_level_loss` (one per sequence, averaged over sequences). The KL term,
-    `kl_coef` times the per-token KL, always uses `aggregation`.
-
-    `num_sequences` / `num_tokens` are the minibatch's row and token counts; pass them
-    when the minibatch is split into micro-batches and the micro-batch losses (or their
-    gradients) are summed, which then equals the whole-minibatch loss exactly.
-
-    Metrics (`ratio_metrics`, `behaviour_weight_metrics`, the KL figures) are over this
-    call's active units: tokens, or sequences for sequence ratios.
+    sampler's mu; None: no correction, and no weight metrics) and `ref_logp` (the reference's;
+    None: no KL) are treated as constants. All are `[B, T]` with `mask` 1 on the tokens that
+    get the gradient; `advantages` is `[B]`, or `[B, T]` per-token advantages (token ratios
+    only). `num_sequences` / `num_tokens` are the minibatch's row and token counts (None: this
+    call's own); pass them when the minibatch is split into micro-batches and the micro-batch
+    losses (or their gradients) are summed, which then equals the whole-minibatch loss exactly.
     """
-    _check_name("ratio_level", ratio_level, RATIO_LEVELS)
-    _check_name("aggregation", aggregation, AGGREGATIONS)
-    _check_name("is_correction", is_correction, BEHAVIOUR_CORRECTIONS)
-    if is_correction != "none" and behaviour_logp is None:
-        raise ValueError(f"is_correction={is_correction!r} needs behaviour_logp")
-    if kl_coef != 0.0 and ref_logp is None:
+
+    logp: Tensor
+    old_logp: Tensor
+    advantages: Tensor
+    mask: Tensor
+    behaviour_logp: Tensor | None = None
+    ref_logp: Tensor | None = None
+    num_sequences: int | None = None
+    num_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class LossMetrics:
+    """The figures of one `policy_loss` call, over its active units (tokens, or sequences for
+    sequence ratios); `as_dict` gives them under their logged names."""
+
+    policy_loss: float      # loss/policy: the clipped surrogate alone
+    total_loss: float       # loss: what is minimised (surrogate + kl_coef * KL term)
+    kl_old_new: float       # kl/old_new: KL(pi_old || pi_theta) per token (k3): how far it moved
+    kl_mean: float | None   # kl/mean: KL to the reference per token; None without ref_logp
+    kl_loss: float | None   # kl/loss: the aggregated KL term; None when kl_coef is 0
+    ratio: dict[str, float]      # ratio_metrics: clip shares, ratio mean and max
+    behaviour: dict[str, float]  # behaviour_weight_metrics; empty without behaviour_logp
+
+    def as_dict(self) -> dict[str, float]:
+        """The metrics by their logged names, in the order they have always been logged."""
+        out = dict(self.behaviour)
+        if self.kl_mean is not None:
+            out["kl/mean"] = self.kl_mean
+        if self.kl_loss is not None:
+            out["kl/loss"] = self.kl_loss
+        out.update(self.ratio)
+        out["kl/old_new"] = self.kl_old_new
+        out["loss/policy"] = self.policy_loss
+        out["loss"] = self.total_loss
+        return out
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    loss: Tensor  # the scalar to minimise
+    metrics: LossMetrics
+
+
+def policy_loss(inputs: LossInputs, objective: Objective) -> LossOutput:
+    """Clipped policy-gradient loss (to minimise) and its metrics.
+
+    `objective.ratio_level` names the level (RATIO_LEVELS) whose surrogate this dispatches
+    to: `token_level_loss` (one clipped surrogate per token, aggregated with
+    `objective.aggregation`) or `sequence_level_loss` (one per sequence, averaged over
+    sequences). The KL term, `kl_coef` times the per-token KL, always uses the aggregation.
+    The objective's names were checked when it was made; only what depends on the inputs is
+    checked here.
+    """
+    o = objective
+    if o.is_correction != "none" and inputs.behaviour_logp is None:
+        raise ValueError(f"is_correction={o.is_correction!r} needs behaviour_logp")
+    if o.kl_coef != 0.0 and inputs.ref_logp is None:
         raise ValueError("kl_coef != 0 needs ref_logp")
 
     # Low-precision log-probs (bf16) lose the small differences that ratios are made of.
-    dtype = torch.promote_types(logp.dtype, torch.float32)
-    logp = logp.to(dtype)
-    mask = mask.to(dtype)
-    level = RATIO_LEVELS[ratio_level]
-    aggregate = Aggregation(aggregation, num_sequences, num_tokens, norm_length)
+    dtype = torch.promote_types(inputs.logp.dtype, torch.float32)
+    logp = inputs.logp.to(dtype)
+    mask = inputs.mask.to(dtype)
+    level = RATIO_LEVELS[o.ratio_level]
+    aggregate = Aggregation(o.aggregation, inputs.num_sequences, inputs.num_tokens, o.norm_length)
 
-    old_logp = old_logp.detach().to(dtype)
+    old_logp = inputs.old_logp.detach().to(dtype)
     ratio = torch.exp(level.log_ratio(_masked_delta(logp, old_logp, mask), mask))
-    advantages = advantages.detach().to(dtype)
+    advantages = inputs.advantages.detach().to(dtype)
     units = _units(ratio, mask)
 
-    metrics: dict[str, float] = {}
+    behaviour: dict[str, float] = {}
     weight = None
-    if behaviour_logp is not None:
-        behaviour_logp = behaviour_logp.detach().to(dtype)
+    if inputs.behaviour_logp is not None:
+        behaviour_logp = inputs.behaviour_logp.detach().to(dtype)
         raw_weight = torch.exp(level.log_ratio(_masked_delta(old_logp, behaviour_logp, mask), mask))
-        weight = BEHAVIOUR_CORRECTIONS[is_correction](raw_weight, is_threshold)
-        metrics.update(behaviour_weight_metrics(raw_weight, units, is_threshold))
+        weight = BEHAVIOUR_CORRECTIONS[o.is_correction](raw_weight, o.is_threshold)
+        behaviour = behaviour_weight_metrics(raw_weight, units, o.is_threshold)
 
-    pg_loss = level.loss(ratio, advantages, mask, clip_low=clip_low, clip_high=clip_high,
+    pg_loss = level.loss(ratio, advantages, mask, clip_low=o.clip_low, clip_high=o.clip_high,
                          behaviour_weight=weight, aggregate=aggregate)
     loss = pg_loss
-    if ref_logp is not None:
-        _check_name("kl kind", kl_kind, KL_ESTIMATORS)
-        kl = KL_ESTIMATORS[kl_kind](_masked_delta(ref_logp.detach().to(dtype), logp, mask))
-        metrics["kl/mean"] = _float(masked_mean(kl, mask))
-        if kl_coef != 0.0:
+    kl_mean = kl_loss_value = None
+    if inputs.ref_logp is not None:
+        kl = KL_ESTIMATORS[o.kl_kind](_masked_delta(inputs.ref_logp.detach().to(dtype), logp, mask))
+        kl_mean = _float(masked_mean(kl, mask))
+        if o.kl_coef != 0.0:
             kl_loss = aggregate(kl, mask)
-            metrics["kl/loss"] = _float(kl_loss)
-            loss = loss + kl_coef * kl_loss
+            kl_loss_value = _float(kl_loss)
+            loss = loss + o.kl_coef * kl_loss
 
-    metrics.update(ratio_metrics(ratio, advantages, units, clip_low, clip_high))
-    # KL(pi_old || pi_theta) per token (k3 on the old samples): how far this update moved.
-    metrics["kl/old_new"] = _float(masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask))
-    metrics["loss/policy"] = _float(pg_loss)
-    metrics["loss"] = _float(loss)
-    return loss, metrics
+    ratio_figures = ratio_metrics(ratio, advantages, units, o.clip_low, o.clip_high)
+    metrics = LossMetrics(
+        policy_loss=_float(pg_loss), total_loss=_float(loss),
+        kl_old_new=_float(masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask)),
+        kl_mean=kl_mean, kl_loss=kl_loss_value, ratio=ratio_figures, behaviour=behaviour)
+    return LossOutput(loss, metrics)
 
 
 @torch.no_grad()
@@ -544,16 +573,10 @@ def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,
 # 1{y = y*} and importance weight 1/pi(y*|x) (rlscale.rlvr.sft_pg shows it exactly), which
 # blows up on improbable targets; DFT multiplies the 1/pi back out.
 
-DEMONSTRATION_WEIGHTS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
+DEMONSTRATION_WEIGHTS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"one": unit_weight}
 
 
 register_demonstration_weight = registrar(DEMONSTRATION_WEIGHTS)
-
-
-@register_demonstration_weight("one")
-def unit_weight(logp: Tensor, mask: Tensor) -> Tensor:
-    """SFT: `w_t = 1` on every target token."""
-    return torch.ones_like(logp)
 
 
 @register_demonstration_weight("token")
@@ -698,53 +721,75 @@ def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float) -> Tensor:
 # ----------------------------------------------------------------------------- objectives
 
 
+def _named(default: str, registry: dict) -> Any:
+    """An `Objective` field that names an entry of `registry`: the registry's keys are its
+    allowed values, for the record and for the `loss.*` config built from it."""
+    return field(default=default, metadata={"choices": registry})
+
+
+def _number(default: float | None, **bounds: float) -> Any:
+    """An `Objective` field bounded by `bounds` (pydantic's names: ge, gt, le; None passes),
+    for the record and for the `loss.*` config built from it."""
+    return field(default=default, metadata={"bounds": bounds})
+
+
+_BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
+
+
 @dataclass(frozen=True)
 class Objective:
     """Every choice of an RLVR objective, as one typed record read by the loop and trainer.
 
     A preset is an instance (`PRESETS`); a run's `loss.*` overrides are applied with
-    `dataclasses.replace`. Names are checked against the registries above. The defaults are
-    the library's ("off" for every refinement), not any one paper's.
+    `dataclasses.replace`. Names are checked against the registries above and numbers against
+    their bounds, once, when a record is made; the `loss.*` config (rlvr.config.LossConfig) is
+    built from these fields, their registries and bounds. The defaults are the library's
+    ("off" for every refinement), not any one paper's.
     """
 
     # advantages (group_advantages)
     advantage_std_normalize: bool = False
     advantage_leave_one_out: bool = False
     # the clipped surrogate (policy_loss)
-    ratio_level: str = "token"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    aggregation: str = "seq-mean-token-mean"
-    norm_length: int | None = None  # None: the loop's max_new_tokens
+    ratio_level: str = _named("token", RATIO_LEVELS)
+    clip_low: float = _number(0.2, ge=0)
+    clip_high: float = _number(0.2, ge=0)
+    aggregation: str = _named("seq-mean-token-mean", AGGREGATIONS)
+    norm_length: int | None = _number(None, ge=1)  # None: the loop's max_new_tokens
     # KL to the frozen reference, in the loss
-    kl_coef: float = 0.0
-    kl_kind: str = "k3"
+    kl_coef: float = _number(0.0, ge=0)
+    kl_kind: str = _named("k3", KL_ESTIMATORS)
     # dynamic sampling: drop groups whose rewards are all equal, and refill
     dynamic_sampling: bool = False
     # DAPO's soft overlong punishment (shaping.SHAPING_TERMS): `overlong_buffer_frac` is the
     # share of max_new_tokens, at the end of the budget, over which it ramps from 0 to -1;
     # 0.2 is DAPO's 4096-token buffer on a 20480-token budget.
     overlong_penalty: bool = False
-    overlong_buffer_frac: float = 0.2
+    overlong_buffer_frac: float = _number(0.2, gt=0, le=1)
     # behaviour correction of pi_old / mu (BEHAVIOUR_CORRECTIONS)
-    is_correction: str = "none"
-    is_threshold: float = 2.0
+    is_correction: str = _named("none", BEHAVIOUR_CORRECTIONS)
+    is_threshold: float = _number(2.0, gt=1)
     # length shaping terms that no preset sets (shaping.SHAPING_TERMS; 0 is off)
-    length_penalty_per_token: float = 0.0
-    adaptive_length_penalty: float = 0.0
+    length_penalty_per_token: float = _number(0.0, ge=0)
+    adaptive_length_penalty: float = _number(0.0, ge=0)
     # the policy gradient on the top-rho share of tokens by entropy only (1: all tokens)
-    entropy_top_rho: float = 1.0
+    entropy_top_rho: float = _number(1.0, gt=0, le=1)
     # the advantage mix (mixed_advantages): the verifier's group-relative sequence advantage
     # times `reward_weight`, plus the teacher's per-token one times `teacher_weight` (which
     # needs `teacher.path` and token ratios)
-    reward_weight: float = 1.0
-    teacher_weight: float = 0.0
+    reward_weight: float = _number(1.0, ge=0)
+    teacher_weight: float = _number(0.0, ge=0)
 
     def __post_init__(self) -> None:
-        _check_name("ratio_level", self.ratio_level, RATIO_LEVELS)
-        _check_name("aggregation", self.aggregation, AGGREGATIONS)
-        _check_name("kl kind", self.kl_kind, KL_ESTIMATORS)
-        _check_name("is_correction", self.is_correction, BEHAVIOUR_CORRECTIONS)
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if "choices" in spec.metadata:
+                _check_name(spec.name, value, spec.metadata["choices"])
+            for bound, limit in spec.metadata.get("bounds", {}).items():
+                holds, sign = _BOUNDS[bound]
+                if value is not None and not holds(value, limit):
+                    raise ValueError(f"{spec.name} must be {sign} {limit}, got {value!r}")
         if self.teacher_weight and self.ratio_level != "token":
             raise ValueError(f"teacher_weight > 0 gives per-token advantages, which need "
                              f"ratio_level 'token' (got {self.ratio_level!r})")

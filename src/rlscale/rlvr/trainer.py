@@ -101,6 +101,78 @@ def micro_batches(index: torch.Tensor, lengths: torch.Tensor, rows: int = 0,
     return [torch.tensor(g, dtype=torch.long) for g in groups]
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of a minibatch with what its loss reads besides the forward: `rows`
+    (into the step's batch), `mask` (the tokens that get the gradient: the top-rho entropy
+    tokens of the whole minibatch with loss.entropy_top_rho < 1, else every completion
+    token) and the minibatch's counts that every aggregation divides by."""
+
+    rows: torch.Tensor
+    batch: PolicyBatch
+    mask: torch.Tensor
+    num_sequences: int
+    num_tokens: float
+
+
+def minibatch_parts(batch: PolicyBatch, index: torch.Tensor, chunks: list[torch.Tensor],
+                    top_entropy: torch.Tensor | None) -> list[MicroBatch]:
+    """The micro-batches `chunks` (consecutive pieces of `index`) of the minibatch `index`;
+    `top_entropy` is its loss mask in `index` order (None: the completion mask)."""
+    num_tokens = float(batch.mask[index].sum())
+    parts, offset = [], 0
+    for rows in chunks:
+        micro = batch.select(rows)
+        mask = micro.mask if top_entropy is None else top_entropy[offset: offset + len(rows)]
+        offset += len(rows)
+        parts.append(MicroBatch(rows, micro, mask, len(index), num_tokens))
+    return parts
+
+
+def loss_inputs(part: MicroBatch, logp: torch.Tensor, old_logp: torch.Tensor,
+                ref_logp: torch.Tensor | None,
+                objective: objectives.Objective) -> objectives.LossInputs:
+    """The loss's inputs of one micro-batch, given its forward (`logp`) and pi_old.
+
+    The advantages are objectives.mixed_advantages: the weighted sequence ones, plus with a
+    teacher its per-token ones against pi_old, the trainer's own log-probs of the sampled
+    tokens (not the sampler's: a teacher equal to the student then gives exactly 0, where
+    engine rounding would leave noise that Adam scales up). With one update per step pi_old
+    is this very forward, so the teacher term is formed after it."""
+    micro = part.batch
+    token = (None if micro.teacher_logprobs is None else
+             objectives.teacher_advantages(old_logp, micro.teacher_logprobs, micro.mask))
+    advantages = objectives.mixed_advantages(micro.advantages, token,
+                                             reward_weight=objective.reward_weight,
+                                             teacher_weight=objective.teacher_weight)
+    return objectives.LossInputs(logp, old_logp, advantages, part.mask,
+                                 behaviour_logp=micro.sampler_logprobs, ref_logp=ref_logp,
+                                 num_sequences=part.num_sequences, num_tokens=part.num_tokens)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one `PolicyTrainer.step` reports: its metrics, and the state of the policy it
+    started from, on the step's own tokens, for `update_stats`."""
+
+    metrics: dict[str, float]
+    logp_before: torch.Tensor     # [B, T] pi_old, the log-probs the update started from
+    entropy_before: torch.Tensor  # [B, T] token entropies of the first epoch's forwards
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the rows (micro-batches) where it is a finite float, named
+    `loss/<key>` where the key has no section."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for row in rows:
+        for k, v in row.items():
+            if isinstance(v, float) and math.isfinite(v):
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+    return {(k if "/" in k else f"loss/{k}"): sums[k] / counts[k] for k in sums}
+
+
 class PolicyTrainer:
     """The learner side of RLVR: owns the trainable model, the reference and the optimiser."""
 
@@ -162,25 +234,37 @@ class PolicyTrainer:
             for idx in self._micro_batches(torch.arange(len(minibatch)), minibatch.lengths())])
         return objectives.top_entropy_mask(entropy, minibatch.mask, rho)
 
+    def _minibatch(self, batch: PolicyBatch, index: torch.Tensor,
+                   lengths: torch.Tensor) -> list[MicroBatch]:
+        rho = self.objective.entropy_top_rho
+        top_entropy = self._top_entropy_rows(batch.select(index), rho) if rho < 1.0 else None
+        return minibatch_parts(batch, index, self._micro_batches(index, lengths), top_entropy)
+
+    def _optimizer_step(self) -> float:
+        """Clip the accumulated gradient and step; a non-finite one is skipped (it would
+        poison the weights). Returns the gradient norm."""
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        if math.isfinite(norm):
+            self.optimizer.step()
+        else:
+            self.skipped_updates += 1
+        self.scheduler.step()
+        return norm
+
     # -- the update ----------------------------------------------------------------------
-    def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> dict[str, float]:
+    def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> StepResult:
         self.model.train()
         batch = batch.to(self.device)
         lengths = batch.lengths()
-        updates = self.epochs * self.minibatches
         # pi_old is the trainer's own recomputation in its own dtype, whoever sampled the batch
         # (the engine's mu may come from other weights, another dtype or process). With one
         # update per batch the weights being trained ARE pi_old: its log-probs are the forward
         # we run anyway, detached; a separate pass would recompute the same numbers.
-        single_pass = updates == 1
+        single_pass = self.epochs * self.minibatches == 1
         old_logp = None if single_pass else self.score_logprobs(self.model, batch)
-        o = self.objective
-        ref_logp = self.reference_logprobs(batch) if o.kl_coef > 0 else None
+        ref_logp = self.reference_logprobs(batch) if self.objective.kl_coef > 0 else None
 
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        entropies, grad_norms = [], []
-        rho = o.entropy_top_rho
+        loss_metrics, entropies, grad_norms = [], [], []
         logp_first = torch.zeros_like(batch.mask)
         entropy_first = torch.zeros_like(batch.mask)
         for epoch in range(self.epochs):
@@ -188,78 +272,46 @@ class PolicyTrainer:
             for mb_index in order.tensor_split(self.minibatches):
                 if len(mb_index) == 0:
                     continue
-                mb_tokens = float(batch.mask[mb_index].sum())
-                chunks = self._micro_batches(mb_index, lengths)
-                keep = (self._top_entropy_rows(batch.select(mb_index), rho)
-                        if rho < 1.0 else None)
+                parts = self._minibatch(batch, mb_index, lengths)
                 self.optimizer.zero_grad(set_to_none=True)
-                offset = 0
-                for idx in chunks:
-                    micro = batch.select(idx)
+                for part in parts:
+                    idx, micro = part.rows, part.batch
                     logp, entropy = self._logprobs(self.model, micro, with_entropy=True)
-                    mask = micro.mask
-                    if keep is not None:
-                        mask = keep[offset: offset + len(idx)]
-                    offset += len(idx)
                     micro_old = logp.detach() if old_logp is None else old_logp[idx]
-                    loss, metrics = objectives.policy_loss(
-                        logp, micro_old, self._advantages(micro, micro_old), mask,
-                        behaviour_logp=micro.sampler_logprobs,
-                        ref_logp=None if ref_logp is None else ref_logp[idx],
-                        num_sequences=len(mb_index), num_tokens=mb_tokens,
-                        ratio_level=o.ratio_level, clip_low=o.clip_low, clip_high=o.clip_high,
-                        aggregation=o.aggregation, norm_length=o.norm_length,
-                        is_correction=o.is_correction, is_threshold=o.is_threshold,
-                        kl_coef=o.kl_coef, kl_kind=o.kl_kind)
-                    loss.backward()
+                    out = objectives.policy_loss(
+                        loss_inputs(part, logp, micro_old,
+                                    None if ref_logp is None else ref_logp[idx], self.objective),
+                        self.objective)
+                    out.loss.backward()
                     if epoch == 0:
                         logp_first[idx], entropy_first[idx] = logp.detach(), entropy
                     entropies.append((float((entropy * micro.mask).sum()),
                                       float(micro.mask.sum())))
-                    for k, v in metrics.items():
-                        if isinstance(v, float) and math.isfinite(v):
-                            sums[k] = sums.get(k, 0.0) + v
-                            counts[k] = counts.get(k, 0) + 1
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-                grad_norms.append(float(norm))
-                if math.isfinite(float(norm)):  # a NaN/inf loss or gradient would poison weights
-                    self.optimizer.step()
-                else:
-                    self.skipped_updates += 1
-                self.scheduler.step()
+                    loss_metrics.append(out.metrics.as_dict())
+                grad_norms.append(self._optimizer_step())
         self.version += 1
-        self._before = (logp_first if old_logp is None else old_logp, entropy_first)
-        out = {(k if "/" in k else f"loss/{k}"): sums[k] / counts[k] for k in sums}
+        logp_before = logp_first if old_logp is None else old_logp
+        metrics = mean_metrics(loss_metrics)
         lag = (self.version - 1) - batch.versions()  # versions behind the weights trained
-        out.update(objectives.behaviour_mismatch(self._before[0], batch.sampler_logprobs,
-                                                 batch.mask, lag))
+        metrics.update(objectives.behaviour_mismatch(logp_before, batch.sampler_logprobs,
+                                                     batch.mask, lag))
         ent_sum = sum(e for e, _ in entropies)
         ent_n = sum(n for _, n in entropies)
-        out["policy/entropy"] = ent_sum / max(ent_n, 1.0)
-        out["policy/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
-        out["policy/grad_norm_max"] = max(grad_norms, default=0.0)
-        out["policy/lr"] = self.scheduler.get_last_lr()[0]
-        out["policy/old_logp_forward_skipped"] = float(single_pass)
+        metrics["policy/entropy"] = ent_sum / max(ent_n, 1.0)
+        metrics["policy/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        metrics["policy/grad_norm_max"] = max(grad_norms, default=0.0)
+        metrics["policy/lr"] = self.scheduler.get_last_lr()[0]
+        metrics["policy/old_logp_forward_skipped"] = float(single_pass)
         if batch.teacher_logprobs is not None:
-            out["opd/reverse_kl"] = objectives.reverse_kl_per_token(
-                self._before[0], batch.teacher_logprobs, batch.mask)
-        return out
-
-    def _advantages(self, micro: PolicyBatch, old_logp: torch.Tensor) -> torch.Tensor:
-        """The loss's advantages (objectives.mixed_advantages): the weighted sequence ones,
-        plus with a teacher its per-token ones against pi_old, the trainer's own log-probs
-        of the sampled tokens (not the sampler's: a teacher equal to the student then gives
-        exactly 0, where engine rounding would leave noise that Adam scales up)."""
-        o = self.objective
-        token = (None if micro.teacher_logprobs is None else
-                 objectives.teacher_advantages(old_logp, micro.teacher_logprobs, micro.mask))
-        return objectives.mixed_advantages(micro.advantages, token, reward_weight=o.reward_weight,
-                                           teacher_weight=o.teacher_weight)
+            metrics["opd/reverse_kl"] = objectives.reverse_kl_per_token(
+                logp_before, batch.teacher_logprobs, batch.mask)
+        return StepResult(metrics, logp_before, entropy_first)
 
     @torch.no_grad()
-    def update_stats(self, batch: PolicyBatch) -> dict[str, float]:
-        """How far the last step moved the policy on its own samples, and where it moved it."""
-        logp_before, entropy_before = self._before
+    def update_stats(self, batch: PolicyBatch, before: StepResult) -> dict[str, float]:
+        """How far the step that returned `before` moved the policy on its own samples
+        (`batch`), and where it moved it."""
+        logp_before, entropy_before = before.logp_before, before.entropy_before
         batch = batch.to(self.device)
         self.model.eval()
         logp_after = self.score_logprobs(self.model, batch)
