@@ -143,8 +143,9 @@ NOTES: dict[type, dict[str, str]] = {
     },
     rlvr.RuntimeConfig: {
         "mode": "where rollouts come from: sync, async or inflight (above)",
-        "max_worker_restarts": "restarts per inference worker over the run (a dead worker's "
-                               "requests are re-issued)",
+        "max_worker_restarts": "restarts of one inference worker in a row, with no call "
+                               "answered between them (a crash loop ends the run); a dead "
+                               "worker's requests are re-issued",
     },
     rlvr.RLVRConfig: {
         "run_dir": "the run directory",
@@ -205,8 +206,9 @@ NOTES: dict[type, dict[str, str]] = {
         "lr": "learning rate (see lr_steps)",
     },
     zero.RuntimeConfig: {
-        "max_actor_restarts": "restarts per actor over the run (a dead actor's games in "
-                              "flight are played anew; no game counted twice)",
+        "max_actor_restarts": "restarts of one actor in a row, with no call answered "
+                              "between them (a crash loop ends the run); a dead actor's "
+                              "games in flight are played anew, no game counted twice",
     },
     zero.CheckpointConfig: {
         "keep": "checkpoints kept (the newest)",

@@ -126,7 +126,7 @@ def test_rlvr_fleet_soak_survives_worker_and_trainer_kills(tmp_path, tiny_model_
 def test_zero_fleet_soak_survives_actor_and_learner_kills(tmp_path):
     chaos = _chaos_module()
     run = tmp_path / "soak"
-    cfg = zero_config(tmp_path, run, train={"iterations": 40, "threads": 1},
+    cfg = zero_config(tmp_path, run, train={"iterations": 150, "threads": 1},
                       runtime={"actors": 2}, checkpoint={"every": 2, "keep": 2})
     soak = chaos.Soak("zero", ["zero", "train", str(cfg), "--no-progress"], run,
                       "ray::SelfPlayWorker", [], "agreement", per_step=4)
@@ -135,5 +135,5 @@ def test_zero_fleet_soak_survives_actor_and_learner_kills(tmp_path):
     assert result.worker_kills >= 2 and result.trainer_kills >= 1, result
     rows = chaos.read_rows(run)
     assert chaos.ledger_problems(soak, rows) == []
-    assert len(rows) == 40
+    assert len(rows) == 150
     assert result.processes_seen > 3 and result.processes_left == [], result

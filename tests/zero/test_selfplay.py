@@ -120,7 +120,7 @@ def test_actor_plays_games_and_stamps_versions():
     for start, stop in zip(first, list(first[1:]) + [len(samples)], strict=True):
         z = samples.outcome[start:stop]
         assert (z[::2] == z[0]).all() and (z[1::2] == -z[0]).all()
-    store.publish(net.state_dict())
+    store.publish(net.state_dict(), 4)
     assert actor.sync() == 4
 
 

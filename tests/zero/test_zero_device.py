@@ -117,7 +117,8 @@ def test_load_network_on_a_device_and_the_store_holds_cpu_copies(tmp_path):
     loaded, _ = load_network(tmp_path / "m", device="cpu")
     assert loaded.device == torch.device("cpu") and not loaded.training
     store = WeightStore(net.state_dict())
-    assert store.publish(net.state_dict()) == 1
+    store.publish(net.state_dict(), 1)
+    assert store.latest()[0] == 1
     with torch.no_grad():
         net.stem[0].weight.add_(1.0)  # the store keeps what was published, not the live net
     _, state = store.latest()

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.fleet import ActorDied, ActorFleet, FleetError, WeightPublisher, import_ray
+from ..runtime.fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
@@ -223,7 +223,7 @@ class FleetRollouts:
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._publisher = WeightPublisher()
+        self._publisher = RayWeightPublisher()
         self._groups: dict[int, _Group] = {}
         self._pending: collections.deque[GenerationRequest] = collections.deque()
         self._ready: list[_Ready] = []
@@ -357,7 +357,7 @@ class FleetRollouts:
 
     def _admit(self) -> None:
         """Admit groups while their training step is within k of the newest weights."""
-        newest = self._publisher.version
+        newest, _ = self._publisher.latest()
         while True:
             with self._cv:  # admitted and recorded at once: the ledger balances at any time
                 target = self._live // self.per_step
@@ -379,7 +379,7 @@ class FleetRollouts:
         """One call to an idle worker: newer weights when it may take them, and requests up
         to twice its slots (a backlog, so a freed slot is refilled inside the call)."""
         worker = self._workers[index]
-        newest, ref = self._publisher.version, self._publisher.ref
+        newest, ref = self._publisher.latest()
         weights = None
         if newest > worker.version and (self.mode == "inflight" or worker.outstanding == 0):
             weights, worker.version = ref, newest

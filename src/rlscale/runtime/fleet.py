@@ -3,7 +3,7 @@
 Knows nothing of language models or games. A fleet is N actors of one class, each with at
 most one call in flight; it restarts an actor that dies and hands back the work items the
 dead actor held, so the caller can re-issue them (nothing lost, nothing done twice). Weights
-flow through a `WeightPublisher`: one `ray.put` per version, actors pull the newest.
+flow through a `RayWeightPublisher`: one `ray.put` per version, actors pull the newest.
 """
 
 from __future__ import annotations
@@ -123,9 +123,10 @@ def _stop_reaper(reaper: subprocess.Popen | None) -> None:
         reaper.wait(timeout=10)
 
 
-class WeightPublisher:
-    """The newest weights as one Ray object per version (older ones are freed by Ray once
-    no actor holds them)."""
+class RayWeightPublisher:
+    """The fleet's `WeightPublisher` (runtime/versions.py): the newest weights as one Ray
+    object per version (older ones are freed by Ray once no actor holds them); `latest`
+    hands back the object's ref, which a worker's next call resolves."""
 
     def __init__(self) -> None:
         self.version = -1
@@ -135,6 +136,9 @@ class WeightPublisher:
         ray = import_ray()
         # Plain CPU tensors: a GPU trainer's weights reach CPU or GPU workers alike.
         self.ref, self.version = ray.put(cpu_snapshot(state_dict)), version
+
+    def latest(self) -> tuple[int, Any]:
+        return self.version, self.ref
 
 
 @dataclass
@@ -155,7 +159,10 @@ class _Member:
 
 
 class ActorFleet:
-    """`size` actors made by `make(index)`; one call in flight per actor at most."""
+    """`size` actors made by `make(index)`; one call in flight per actor at most. A dead
+    actor is restarted up to `max_restarts` times in a row: a call it answers resets its
+    count, so a long run survives any number of isolated deaths and a crash loop (an actor
+    that dies again before answering anything) ends it."""
 
     def __init__(self, make: Callable[[int], Any], size: int, *, max_restarts: int = 10) -> None:
         self.make, self.max_restarts = make, max_restarts
@@ -201,6 +208,7 @@ class ActorFleet:
             self.members[index].call = None
             try:
                 out.append((index, ray.get(ref)))
+                self.members[index].restarts = 0  # alive and answering: not a crash loop
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                     ray.exceptions.ObjectLostError) as exc:
                 out.append((index, self._restart(index, exc)))
@@ -209,7 +217,7 @@ class ActorFleet:
     def _restart(self, index: int, exc: BaseException) -> ActorDied:
         member = self.members[index]
         if member.restarts >= self.max_restarts:
-            raise FleetError(f"actor {index} died {member.restarts + 1} times; last: "
+            raise FleetError(f"actor {index} died {member.restarts + 1} times in a row; last: "
                              f"{str(exc).splitlines()[0]}") from None
         lost = set(member.items)
         with contextlib.suppress(Exception):

@@ -11,7 +11,7 @@ import collections
 import copy
 import threading
 from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -23,9 +23,19 @@ def cpu_snapshot(state_dict: dict[str, Any]) -> dict[str, Any]:
             for k, v in state_dict.items()}
 
 
+class WeightPublisher(Protocol):
+    """Where a learner puts its weights and its actors find the newest: the one protocol of
+    both loops. `publish` takes the caller's version (the learner counts versions, never
+    the store); `latest` hands back (version, handle): a state dict in-process
+    (`WeightStore`), one Ray object per version on a fleet (runtime.fleet.RayWeightPublisher)."""
+
+    def publish(self, state_dict: dict[str, Any], version: int) -> None: ...
+
+    def latest(self) -> tuple[int, Any]: ...
+
+
 class WeightStore:
-    """In-process weight store (CPU copies). A Ray actor with the same methods serves a
-    cluster."""
+    """The in-process `WeightPublisher`: CPU copies, read by actors in the same process."""
 
     def __init__(self, state_dict: dict[str, Any] | None = None, version: int = 0) -> None:
         self._lock = threading.Lock()
@@ -36,12 +46,10 @@ class WeightStore:
     def version(self) -> int:
         return self._version
 
-    def publish(self, state_dict: dict[str, Any]) -> int:
+    def publish(self, state_dict: dict[str, Any], version: int) -> None:
         snapshot = cpu_snapshot(state_dict)
         with self._lock:
-            self._version += 1
-            self._state = snapshot
-            return self._version
+            self._version, self._state = version, snapshot
 
     def latest(self) -> tuple[int, dict[str, Any] | None]:
         with self._lock:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from rlscale.runtime.device import resolve_compute_dtype, resolve_device
-from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, WeightPublisher, import_ray
+from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
 from rlscale.runtime.versions import QueueClosed, VersionedQueue, WeightStore
 from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
@@ -142,7 +142,7 @@ class FleetSelfPlay:
         self._next_game = next_game + [0] * (self.size - len(next_game))
         self.accounting.discarded_on_resume = int((resumed or {}).get("queued", 0))
         self._lock = threading.Lock()
-        self._publisher = WeightPublisher()
+        self._publisher = RayWeightPublisher()
         self._resign_threshold = resign_threshold
         self._worker_version = [-1] * self.size
         self._incarnations = [0] * self.size
@@ -201,8 +201,13 @@ class FleetSelfPlay:
 
     # -- the learner's side --------------------------------------------------------------
     def publish(self, state_dict: dict[str, Any], version: int) -> None:
+        """The learner's new weights, for every worker's next call (a `WeightPublisher`)."""
         with self._lock:
             self._publisher.publish(state_dict, version)
+
+    def latest(self) -> tuple[int, Any]:
+        with self._lock:
+            return self._publisher.latest()
 
     def set_resign_threshold(self, threshold: float | None) -> None:
         with self._lock:
@@ -265,7 +270,7 @@ class FleetSelfPlay:
 
     def _dispatch(self, index: int) -> None:
         with self._lock:
-            newest, ref = self._publisher.version, self._publisher.ref
+            newest, ref = self._publisher.latest()
             threshold = self._resign_threshold
         weights = ref if newest > self._worker_version[index] else None
         self._worker_version[index] = newest

@@ -170,7 +170,7 @@ class RuntimeConfig(StrictModel):
     # Actors pause while this many finished games wait for the learner (None: one iteration's
     # worth, games_per_iteration), so self-play runs at most about an iteration ahead.
     max_queued_games: int | None = pydantic.Field(None, ge=1)
-    max_actor_restarts: int = pydantic.Field(10, ge=0)  # per actor, over the run
+    max_actor_restarts: int = pydantic.Field(10, ge=0)  # per actor, in a row (a crash loop)
 
 
 def thread_check(actors: int, actor_threads: int, learner_threads: int,

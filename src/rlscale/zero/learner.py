@@ -15,7 +15,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlscale.runtime.versions import WeightStore
 from rlscale.zero.config import TrainConfig
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import Samples
@@ -108,9 +107,6 @@ class Learner:
         if was_training:
             self.net.train()
         return {"value_loss": value_sum / n, "policy_loss": policy_sum / n}
-
-    def publish(self, store: WeightStore) -> int:
-        return store.publish(self.net.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}

@@ -1,11 +1,11 @@
 """The AlphaZero training loop: self-play -> replay window -> learner -> new weights.
 
     for each iteration:
-        actor.sync()                      # newest weights from the store
+        actor.sync()                      # newest weights from the publisher
         samples = actor.play(G games)     # batched search, samples stamped with the version
         replay.add(samples)
         learner trains on the window      # new_samples * sample_reuse / batch_size steps
-        learner.publish(store)            # version += 1
+        weights.publish(net, version + 1) # the one publisher: in-process or the fleet
         log the lenses; checkpoint every K iterations
 
 A checkpoint holds the network, optimiser, replay window, the actor's games in flight (with
@@ -53,7 +53,7 @@ from rlscale.runtime.health import (
 )
 from rlscale.runtime.metrics import MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
-from rlscale.runtime.versions import WeightStore, staleness
+from rlscale.runtime.versions import WeightPublisher, WeightStore, staleness
 from rlscale.zero.actors import FleetSelfPlay
 from rlscale.zero.agent import model_folder
 from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig, thread_check
@@ -113,12 +113,13 @@ class ZeroRun:
             net = network_for(self.game, cfg.network)
         self.learner = Learner(net, cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
-        self.store = WeightStore(self.learner.net.state_dict(), version=0)
+        # The one place new weights go: this in-process store, or the fleet (start_actors).
+        self.weights: WeightPublisher = WeightStore(self.learner.net.state_dict(), version=0)
         # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
         self.actor = None if cfg.runtime.actors else Actor(
             self.game, network_for(self.game, cfg.network, self.precision.name).to(self.device),
             cfg.mcts,
-            cfg.selfplay, self.store, np.random.default_rng([cfg.train.seed, 1]),
+            cfg.selfplay, self.weights, np.random.default_rng([cfg.train.seed, 1]),
         )
         self.fleet: FleetSelfPlay | None = None
         self.fleet_state: dict[str, Any] | None = None  # the fleet's, from a checkpoint
@@ -139,7 +140,8 @@ class ZeroRun:
         if self.cfg.runtime.actors and self.fleet is None:
             self.fleet = FleetSelfPlay(self.cfg, resign_threshold=self.resign_threshold,
                                        resumed=self.fleet_state)
-            self.fleet.start(self.learner.net.state_dict(), self.store.version)
+            self.fleet.start(self.learner.net.state_dict(), self.counters.version)
+            self.weights = self.fleet
 
     def close(self) -> None:
         if self.fleet is not None:
@@ -204,8 +206,8 @@ class ZeroRun:
                 losses.append(self.learner.step(batch))
                 versions.append(batch.policy_version)
         train_seconds = time.perf_counter() - train_start
-        lag = staleness(self.store.version, np.concatenate(versions)) if versions else {}
-        self.last_lags = self.store.version - np.concatenate(versions) if versions else None
+        lag = staleness(self.counters.version, np.concatenate(versions)) if versions else {}
+        self.last_lags = self.counters.version - np.concatenate(versions) if versions else None
         self.nonfinite = [] if guard_mode == "off" else _nonfinite(losses, self.learner.net)
         if self.nonfinite and guard_mode == "check" and "weights" in self.nonfinite:
             raise NonFiniteError(unrecoverable_message(
@@ -214,9 +216,8 @@ class ZeroRun:
             # undo the iteration's updates; the self-play games stay in replay
             self.undo.restore()
         elif losses:
-            self.counters.version = self.learner.publish(self.store)
-            if self.fleet is not None:
-                self.fleet.publish(self.learner.net.state_dict(), self.counters.version)
+            self.counters.version += 1
+            self.weights.publish(self.learner.net.state_dict(), self.counters.version)
 
         c = self.counters
         c.iteration += 1
@@ -278,7 +279,7 @@ class ZeroRun:
         self.counters = Counters(**state["counters"])
         set_rng_state(state["rng"])
         self.rng.bit_generator.state = state["learner_rng"]
-        self.store = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
+        self.weights = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
         self.replay.load(path / "replay.npz")
         self.fleet_state = state.get("fleet")
         resign = state.get("resign")
@@ -287,7 +288,7 @@ class ZeroRun:
             self.resign_threshold, self.played_out = resign["threshold"], resign["played_out"]
         if self.actor is None:
             return
-        self.actor.weights = self.store
+        self.actor.weights = self.weights
         self.actor.resign_threshold = self.resign_threshold
         if not (path / "actor.pkl").is_file():  # saved by a fleet run: fresh games
             return
