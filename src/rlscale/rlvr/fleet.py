@@ -43,6 +43,7 @@ from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, rollout_from_completions, step_seed
 from .rollout.sampler import decode_completions
 from .rollout.types import Completion, EngineSampling, GenerationRequest
+from .rollout_source import informative_groups
 from .tasks import Example, Task
 
 
@@ -289,9 +290,10 @@ class FleetRollouts:
         with self._cv:
             self._cv.notify_all()
 
-    def next_batch(self, trainer_version: int) -> tuple[RolloutGroup, dict[str, float]]:
+    def next_batch(self, step: int, trainer_version: int) -> tuple[RolloutGroup, dict[str, float]]:
         """P groups for the step that trains weights `trainer_version`: the oldest first,
-        every token at most k versions behind."""
+        every token at most k versions behind (`step` plays no part: group ids seed the
+        prompts)."""
         t0 = time.perf_counter()
         with self._cv:
             while True:
@@ -444,7 +446,7 @@ class FleetRollouts:
         scored = self.pool.score(texts, [group.example] * self.size)
         scored_group = RolloutGroup.from_scores([group.example], rollout, texts, scored,
                                                 time.perf_counter() - t0)
-        uniform = max(scored.rewards) == min(scored.rewards)
+        uniform = not bool(informative_groups(scored_group.rewards, self.size)[0])
         with self._cv:
             del self._groups[group.group_id]
             if self.dynamic_sampling and uniform:

@@ -1,18 +1,15 @@
 """The RLVR loop: collect -> reward -> advantages -> update -> log -> eval -> checkpoint.
 
-The sampler and the trainer meet only through a queue of versioned rollouts. In this
-synchronous mode the sampler shares the trainer's model object, so every rollout is exactly
-on-policy; an asynchronous fleet replaces `RolloutWorker` and the queue without touching
-the learner side.
+The trainer takes its batches from a `RolloutSource` (rollout_source.py) and publishes its
+weights back to it: in sync mode the sampler on the trainer's own model object (every
+rollout exactly on-policy), in async / inflight mode the fleet of inference workers
+(fleet.py); the learner side is the same for both.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import queue
-import random
 import sys
 import time
 from dataclasses import asdict
@@ -47,15 +44,14 @@ from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
 from .model import (
-    PromptFormatter,
     enable_activation_checkpointing,
     load_model,
     load_teacher,
 )
 from .rewards import VerifierPool
-from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
-from .rollout.sampler import SamplingParams, decode_completions, generate
-from .tasks import Task, make_task
+from .rollout.groups import RolloutGroup, step_seed
+from .rollout_source import InProcessRollouts, RolloutSource
+from .tasks import make_task
 from .trace_stats import behaviour_means, length_by_outcome
 from .trainer import PolicyTrainer, build_policy_batch
 
@@ -64,39 +60,6 @@ from .trainer import PolicyTrainer, build_policy_batch
 # gradient norm; a NaN produced by the update itself shows in the KL or the weights.
 GUARDED_METRICS = ("loss/loss", "policy/grad_norm", "policy/grad_norm_max", "policy/kl_new_old",
                    "kl/mean")
-
-
-class RolloutWorker:
-    """The sampler side: draws prompts, generates G completions each, scores them."""
-
-    def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool,
-                 compute=None) -> None:
-        self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
-        self.pool = pool
-        self.compute = compute or contextlib.nullcontext()  # the matmul dtype (train.compute_dtype)
-        self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
-        r = cfg.rollout
-        self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
-
-    def collect(self, step: int, draw: int, policy_version: int) -> RolloutGroup:
-        cfg = self.cfg
-        rng = random.Random(step_seed(cfg.train.seed, step, f"prompts:{draw}"))
-        prompts = [self.task.sample("train", rng) for _ in range(cfg.rollout.prompts_per_step)]
-        rows = [ex for ex in prompts for _ in range(cfg.rollout.group_size)]
-        ids = [self.tokenizer(self.format(ex), add_special_tokens=False)["input_ids"]
-               for ex in rows]
-        generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
-        self.model.eval()
-        with self.compute:
-            rollout = generate(self.model, ids, self.params,
-                               eos_token_id=self.tokenizer.eos_token_id,
-                               pad_token_id=self.tokenizer.pad_token_id, generator=generator,
-                               policy_version=policy_version)
-        texts = decode_completions(self.tokenizer, rollout)
-        t0 = time.perf_counter()
-        scored = self.pool.score(texts, rows)
-        score_seconds = time.perf_counter() - t0
-        return RolloutGroup.from_scores(prompts, rollout, texts, scored, score_seconds)
 
 
 def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
@@ -177,10 +140,12 @@ class RLVRRun:
             pack=t.pack, compute_dtype=self.compute_dtype)
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
-        self.worker = RolloutWorker(self.model, self.tokenizer, self.task, cfg, self.pool,
-                                    compute_context(self.device, self.compute_dtype))
+        # Where batches come from: the sampler on this model, or the fleet (set in train()).
+        self.rollouts: RolloutSource = InProcessRollouts(
+            self.model, self.tokenizer, self.task, cfg, self.pool,
+            dynamic_sampling=self.objective.dynamic_sampling,
+            compute=compute_context(self.device, self.compute_dtype))
         self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
-        self.rollouts: queue.Queue[RolloutGroup] = queue.Queue(maxsize=1)
         self.step = 0
         self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
@@ -249,49 +214,16 @@ class RLVRRun:
                         "scheduler": self.trainer.scheduler.state_dict(),
                         "version": self.trainer.version, "step": self.step,
                         "last_eval": self.last_eval, "rng": ckpt.rng_state(),
-                        "fleet": None if self.fleet is None else self.fleet.checkpoint_state()},
+                        "fleet": self.rollouts.checkpoint_state()},
                        tmp / "trainer_state.pt")
         ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path
 
     # -- one step ------------------------------------------------------------------------
-    def collect(self) -> tuple[RolloutGroup, dict[str, float]]:
-        """Fill one step's batch; with dynamic sampling, only groups that carry a gradient."""
-        if self.fleet is not None:
-            return self.fleet.next_batch(self.trainer.version)
-        cfg, size = self.cfg, self.cfg.rollout.group_size
-        want = cfg.rollout.prompts_per_step
-        kept: list[RolloutGroup] = []
-        have, drawn, dropped = 0, 0, 0
-        draws = 1 + (cfg.rollout.max_extra_draws if self.objective.dynamic_sampling else 0)
-        for draw in range(draws):
-            self.rollouts.put(self.worker.collect(self.step, draw, self.trainer.version))
-            group = self.rollouts.get()
-            drawn += len(group.examples)
-            if self.objective.dynamic_sampling:
-                spread = group.rewards.view(-1, size)
-                informative = spread.max(1).values > spread.min(1).values
-                dropped += int((~informative).sum())
-                group = select_groups(group, informative, size)
-            if len(group.examples):
-                kept.append(group)
-                have += len(group.examples)
-            if have >= want:
-                break
-        if not kept:  # every group uniform: train on the last draw (zero advantage, no-op)
-            kept = [self.worker.collect(self.step, draws, self.trainer.version)]
-        batch = concat_groups(kept, self.tokenizer.pad_token_id)
-        if len(batch.examples) > want:
-            batch = select_groups(batch, torch.arange(len(batch.examples)) < want, size)
-        stats = {"sampling/prompts_drawn": drawn,
-                 "sampling/dropped_group_share": dropped / max(drawn, 1),
-                 "sampling/batch_prompts": len(batch.examples)}
-        return batch, stats
-
     def train_step(self) -> dict[str, float]:
         cfg, size = self.cfg, self.cfg.rollout.group_size
         t0 = time.perf_counter()
-        group, metrics = self.collect()
+        group, metrics = self.rollouts.next_batch(self.step, self.trainer.version)
         t_collect = time.perf_counter() - t0
         rewards, length_stats = shaped_rewards(group, self.objective, cfg)
         advantages = objectives.group_advantages(
@@ -388,6 +320,7 @@ class RLVRRun:
                                            start_version=self.trainer.version,
                                            resumed=self.fleet_resume,
                                            dynamic_sampling=self.objective.dynamic_sampling)
+                self.rollouts = self.fleet
                 try:
                     self.fleet.start(self.model.state_dict(), self.trainer.version)
                     return self._train()
@@ -431,8 +364,8 @@ class RLVRRun:
                     if mode == "snapshot":
                         undo.restore()
                 metrics["health/skipped_steps"] = guard.skipped
-                if self.fleet is not None:  # the weights as they stand after the guard
-                    self.fleet.publish(self.model.state_dict(), self.trainer.version)
+                # the weights as they stand after the guard (in-process: nothing to send)
+                self.rollouts.publish(self.model.state_dict(), self.trainer.version)
                 if guard.should_stop:
                     logger.log(self.step, metrics)
                     # The weights are the last good ones again: a checkpoint to resume from.
