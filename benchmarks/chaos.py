@@ -226,10 +226,15 @@ def chaos(soak: Soak, baseline: Soak, *, worker_every: float, trainer_every: flo
     """The soak and its undisturbed twin, checked; the row of the table."""
     out.mkdir(parents=True, exist_ok=True)
     calm = undisturbed(baseline, out / f"{soak.loop}_undisturbed.log")
-    if (soak.run_dir / "final").exists():
+    saved = out / f"{soak.loop}_soak.json"  # kept before scoring: a failed score loses nothing
+    if saved.exists() and (soak.run_dir / "final").exists():
+        hit = SoakResult(**json.loads(saved.read_text()))
+    elif (soak.run_dir / "final").exists():
         raise SystemExit(f"error: {soak.run_dir} holds a finished run; pick another --out")
-    hit = run_soak(soak, worker_every=worker_every, trainer_every=trainer_every, seed=seed,
-                   log=out / f"{soak.loop}_chaos.log")
+    else:
+        hit = run_soak(soak, worker_every=worker_every, trainer_every=trainer_every, seed=seed,
+                       log=out / f"{soak.loop}_chaos.log")
+        saved.write_text(json.dumps(asdict(hit), indent=1))
     rows = read_rows(soak.run_dir)
     hit.steps = len(rows)
     hit.problems = ledger_problems(soak, rows)
@@ -263,7 +268,7 @@ def rlvr_soaks(base: Path, out: Path, steps: int) -> tuple[Soak, Soak]:
     return soak("rlvr_chaos"), soak("rlvr_undisturbed")
 
 
-def zero_soaks(out: Path, iterations: int) -> tuple[Soak, Soak]:
+def zero_soaks(out: Path, iterations: int, data_dir: Path) -> tuple[Soak, Soak]:
     def soak(name: str) -> Soak:
         run_dir = out / name
         return Soak(
@@ -272,7 +277,7 @@ def zero_soaks(out: Path, iterations: int) -> tuple[Soak, Soak]:
                      "runtime.actors=2", "checkpoint.every=2", "--no-progress"],
             run_dir, "ray::SelfPlayWorker",
             ["zero", "solver-agreement", "--model", str(run_dir), "--simulations", "32",
-             "--limit", "300", "--json"],
+             "--limit", "300", "--data-dir", str(data_dir), "--json"],
             "perfect-play agreement", per_step=256)
     return soak("zero_chaos"), soak("zero_undisturbed")
 
@@ -304,6 +309,8 @@ def main() -> None:
     parser.add_argument("--rlvr-steps", type=int, default=1500)
     parser.add_argument("--zero-iterations", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "connect4",
+                        help="solver-labelled Connect Four positions (the Zero soak's score)")
     args = parser.parse_args()
     if "rlvr" in args.only and not (args.base / "config.json").is_file():
         sys.exit(f"error: no base model at {args.base} (run `rlscale quickstart` first)")
@@ -311,11 +318,12 @@ def main() -> None:
     for loop in args.only:
         soak, baseline = (rlvr_soaks(args.base.resolve(), args.out.resolve(), args.rlvr_steps)
                           if loop == "rlvr" else
-                          zero_soaks(args.out.resolve(), args.zero_iterations))
+                          zero_soaks(args.out.resolve(), args.zero_iterations, args.data_dir))
         results.append(chaos(soak, baseline, worker_every=args.worker_every,
                              trainer_every=args.trainer_every, seed=args.seed, out=args.out))
         for problem in results[-1]["chaos"]["problems"]:
             print(f"[{loop}] problem: {problem}", flush=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(table(results))
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     sys.exit(0 if all(r["ok"] for r in results) else 1)
