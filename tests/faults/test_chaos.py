@@ -116,7 +116,7 @@ def test_rlvr_fleet_soak_survives_worker_and_trainer_kills(tmp_path, tiny_model_
     # Kills ~10 s apart: a restarted worker (a new process that loads the model) must live
     # to answer a call, or its deaths in a row are a crash loop that ends the run by design.
     result = chaos.run_soak(soak, worker_every=10, trainer_every=30, seed=0,
-                            log=tmp_path / "soak.log", timeout_s=900)
+                            log=tmp_path / "soak.log", timeout_s=1800)
     assert result.worker_kills >= 2 and result.trainer_kills >= 1, result
     rows = chaos.read_rows(run)
     assert chaos.ledger_problems(soak, rows) == []
@@ -133,7 +133,7 @@ def test_zero_fleet_soak_survives_actor_and_learner_kills(tmp_path):
     soak = chaos.Soak("zero", ["zero", "train", str(cfg), "--no-progress"], run,
                       "ray::SelfPlayWorker", [], "agreement", per_step=4)
     result = chaos.run_soak(soak, worker_every=6, trainer_every=30, seed=1,
-                            log=tmp_path / "soak.log", timeout_s=900)
+                            log=tmp_path / "soak.log", timeout_s=1800)
     assert result.worker_kills >= 2 and result.trainer_kills >= 1, result
     rows = chaos.read_rows(run)
     assert chaos.ledger_problems(soak, rows) == []
