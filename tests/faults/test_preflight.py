@@ -123,9 +123,12 @@ def test_ctrl_c_says_where_the_run_stopped_and_how_to_resume(tmp_path, tiny_mode
     run = tmp_path / "run"
     cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 100000},
                       checkpoint={"every": 1, "keep": 2})
+    # A test runner started in the background (`cmd &` without job control) ignores SIGINT,
+    # and an ignored signal stays ignored across exec: give the run Ctrl-C's default back.
     proc = subprocess.Popen([sys.executable, "-m", "rlscale.cli", "rlvr", "train", str(cfg)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not ckpt.list_checkpoints(run) and time.monotonic() < deadline:
