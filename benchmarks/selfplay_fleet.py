@@ -76,7 +76,7 @@ def fleet(cfg: ZeroConfig, seconds: float) -> dict[str, float]:
     try:
         while len({index for index, _ in list(acc.delivered)}) < cfg.runtime.actors:
             time.sleep(0.05)  # warm-up: every actor up and playing
-        pids = selfplay.actor_pids()
+        pids = selfplay.worker_pids()
         selfplay.take(len(selfplay.queue))  # starts the measured window
         before, start, cpu = len(acc.delivered), time.perf_counter(), cpu_seconds(pids)
         driver = time.process_time()

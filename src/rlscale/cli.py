@@ -109,15 +109,15 @@ def train_command(
     """Train with a GRPO-family objective; every config key: docs/config.md."""
     from .config import load_config
     from .rlvr.config import RLVRConfig
-    from .rlvr.loop import train
+    from .rlvr.loop import RLVRRun
     from .runtime.trackers import check_trackers
 
     def go():
         cfg = load_config(RLVRConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
         try:
-            path = train(cfg, resume=resume, overwrite=overwrite,
-                         allow_config_change=allow_config_change)
+            path = RLVRRun(cfg, resume=resume, overwrite=overwrite,
+                           allow_config_change=allow_config_change).train()
         except KeyboardInterrupt:
             interrupted(cfg.run_dir, ["rlscale", "rlvr", "train", str(config), *(overrides or [])])
         typer.echo(f"final model: {path}")

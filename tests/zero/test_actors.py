@@ -57,7 +57,7 @@ def test_a_killed_actor_is_restarted_and_every_game_is_counted_once(ray_cluster,
         run.iterate()
         while acc.reports[0] == 0:  # it holds games in flight, as reported
             run.iterate()
-        os.kill(fleet.actor_pids()[0], signal.SIGKILL)  # mid-game: 8 games in flight on it
+        os.kill(fleet.worker_pids()[0], signal.SIGKILL)  # mid-game: 8 games in flight on it
         deadline = time.time() + 60
         # A death shows at the actor's next call; iterate until its successor delivered.
         while len(acc.first_games[0]) < 2 or not any(

@@ -5,10 +5,10 @@ Roles (runtime.mode async / inflight):
 - `InferenceWorker` (a Ray actor): one engine (continuous batching, or vLLM), driven in
   short calls: take new weights if given, queue new requests, decode for `call_budget_s`,
   hand back what finished.
-- `FleetRollouts` (a thread in the trainer's process): admits prompt groups (G requests
-  each, which may land on different workers), keeps every worker busy, sends weights,
-  gathers complete groups, scores them in the verifier pool and hands the trainer P groups
-  per step.
+- `FleetRollouts` (the runtime's `Orchestrator` specialised; its thread runs in the
+  trainer's process): admits prompt groups (G requests each, which may land on different
+  workers), keeps every worker busy, sends weights, gathers complete groups, scores them in
+  the verifier pool and queues them by group id; the trainer takes P groups per step.
 
 Bounded staleness. A group admitted as the j-th live group is meant for training step
 floor(j / P). It is admitted only while that step is at most `max_staleness` versions ahead
@@ -29,14 +29,14 @@ from __future__ import annotations
 import collections
 import os
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..runtime.fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
+from ..runtime.fleet import ActorDied, import_ray
+from ..runtime.orchestrator import Orchestrator
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
@@ -198,7 +198,6 @@ class _Group:
 @dataclass
 class _Ready:
     group_id: int
-    oldest_version: int
     group: RolloutGroup
 
 
@@ -208,66 +207,41 @@ class _WorkerState:
     outstanding: int = 0      # requests queued or running on the worker
 
 
-class FleetRollouts:
+class FleetRollouts(Orchestrator[_Ready]):
     """The orchestrator: runs in a thread beside the trainer; `next_batch` blocks until P
-    complete, scored, fresh-enough groups are ready."""
+    complete, scored, fresh-enough groups are ready (the queue hands out the oldest group
+    ids first)."""
 
     def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
                  start_version: int, dynamic_sampling: bool,
                  resumed: FleetResume | None = None) -> None:
+        super().__init__(name="rollout fleet", size=cfg.runtime.inference_workers,
+                         max_restarts=cfg.runtime.max_worker_restarts,
+                         order=lambda ready: ready.group_id, cleanup_method="close")
         self.cfg, self.task, self.tokenizer, self.pool = cfg, task, tokenizer, pool
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
-        self.size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
+        self.group_size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
         self.dynamic_sampling = dynamic_sampling
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         self.accounting = resumed.accounting if resumed else FleetAccounting()
-        self._cv = threading.Condition()
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._publisher = RayWeightPublisher()
         self._groups: dict[int, _Group] = {}
         self._pending: collections.deque[GenerationRequest] = collections.deque()
-        self._ready: list[_Ready] = []
         # Groups admitted and not dropped; the trainer has consumed start_version * P of them.
         self._live = start_version * self.per_step
         self._next_group = resumed.next_group if resumed else start_version * self.per_step
         self._busy_s = 0.0
         self._row_steps = self._slot_steps = self._tokens = 0
         self._window_start = time.perf_counter()
-        self._fleet: ActorFleet | None = None
-        self._workers: list[_WorkerState] = []
-        self._thread: threading.Thread | None = None
+        self._workers = [_WorkerState() for _ in range(self.size)]
 
-    # -- lifecycle -----------------------------------------------------------------------
-    def start(self, state_dict, version: int) -> None:
-        ray = import_ray()
+    def _make_worker(self, index: int):
         r, rt = self.cfg.rollout, self.cfg.runtime
-        actor = ray.remote(num_cpus=1)(InferenceWorker)
-
-        def make(index: int):
-            restarts = self.accounting.worker_restarts
-            spec = WorkerSpec(
-                self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
-                r.slots, rt.worker_threads, r.recompute_cache_on_update,
-                step_seed(self.cfg.train.seed, index, f"worker:{restarts}") % 2**31,
-                self.cfg.vllm_eager())
-            return actor.remote(spec)
-
-        self.publish(state_dict, version)
-        self._fleet = ActorFleet(make, rt.inference_workers, max_restarts=rt.max_worker_restarts)
-        self._workers = [_WorkerState() for _ in range(rt.inference_workers)]
-        # Every engine built: fail here, not later (one that dies meanwhile is restarted).
-        self._fleet.call_all("pid", timeout=300, on_death=self._on_death)
-        self._thread = threading.Thread(target=self._run, name="rlscale-orchestrator",
-                                        daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-        if self._fleet is not None:
-            self._fleet.shutdown("close")
+        spec = WorkerSpec(
+            self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
+            r.slots, rt.worker_threads, r.recompute_cache_on_update,
+            step_seed(self.cfg.train.seed, index, f"worker:{self.accounting.worker_restarts}")
+            % 2**31, self.cfg.vllm_eager())
+        return import_ray().remote(num_cpus=1)(InferenceWorker).remote(spec)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed run needs: where group ids go on, and the accounting so far."""
@@ -278,93 +252,57 @@ class FleetRollouts:
 
     def _in_flight(self) -> int:
         """Admitted groups not yet trained or dropped, counted where they are (call with
-        the lock held): being generated or scored, or complete and waiting."""
-        return len(self._groups) + len(self._ready)
-
-    def worker_pids(self) -> list[int]:
-        return self._fleet.call_all("pid") if self._fleet else []
+        the lock held): being generated or scored, or complete and queued."""
+        return len(self._groups) + len(self.queue)
 
     # -- the trainer's side --------------------------------------------------------------
-    def publish(self, state_dict, version: int) -> None:
-        self._publisher.publish(state_dict, version)
-        with self._cv:
-            self._cv.notify_all()
-
     def next_batch(self, step: int, trainer_version: int) -> tuple[RolloutGroup, dict[str, float]]:
         """P groups for the step that trains weights `trainer_version`: the oldest first,
         every token at most k versions behind (`step` plays no part: group ids seed the
         prompts)."""
         t0 = time.perf_counter()
-        with self._cv:
-            while True:
-                if self._error is not None:
-                    raise FleetError(f"the rollout fleet stopped: {self._error}") from self._error
-                fresh = [g for g in self._ready if g.oldest_version >= trainer_version - self.k]
-                dropped = len(self._ready) - len(fresh)
-                self.accounting.dropped_stale += dropped
-                self._live -= dropped
-                self._ready = fresh
-                if len(self._ready) >= self.per_step:
-                    break
-                self._cv.wait(timeout=0.5)
-            self._ready.sort(key=lambda g: g.group_id)
-            taken, self._ready = self._ready[:self.per_step], self._ready[self.per_step:]
+        with self._cv:  # what is taken or dropped is counted in the same breath
+            taken = [ready for _, ready in self._take(
+                self.per_step, min_version=trainer_version - self.k, on_stale=self._dropped)]
             self.accounting.trained += len(taken)
             self.accounting.trained_group_ids += [g.group_id for g in taken]
-            window = time.perf_counter() - self._window_start
-            workers = max(len(self._workers), 1)
-            stats = {
-                "fleet/trainer_wait_s": time.perf_counter() - t0,
-                "fleet/inference_busy_share": self._busy_s / max(window * workers, 1e-9),
-                "fleet/slot_utilisation": self._row_steps / max(self._slot_steps, 1),
-                "fleet/generated_tokens_per_s": self._tokens / max(window, 1e-9),
-                "fleet/groups_admitted": self._next_group,  # over the whole run
-                "fleet/discarded_on_resume": self.accounting.discarded_on_resume,
-                **{f"fleet/ledger_{k}": v for k, v in
-                   self.accounting.ledger(self._in_flight()).items()},
-                "fleet/reissued_requests": self.accounting.reissued_requests,
-                "fleet/worker_restarts": self.accounting.worker_restarts,
-                "staleness/dropped_group_share": self.accounting.dropped_stale / max(
-                    self.accounting.trained + self.accounting.dropped_stale, 1),
-                "sampling/dropped_group_share": self.accounting.dropped_uniform / max(
-                    self.accounting.admitted, 1),
-            }
-            self._busy_s, self._row_steps, self._slot_steps, self._tokens = 0.0, 0, 0, 0
-            self._window_start = time.perf_counter()
-            self._cv.notify_all()
+            stats = {"fleet/trainer_wait_s": time.perf_counter() - t0, **self._window_stats()}
         return concat_groups([g.group for g in taken], self.tokenizer.pad_token_id), stats
 
+    def _dropped(self, stale: list[tuple[int, _Ready]]) -> None:
+        self.accounting.dropped_stale += len(stale)
+        self._live -= len(stale)
+
+    def _window_stats(self) -> dict[str, float]:
+        """The fleet's work since the last step, and the ledger (call with the lock held)."""
+        window = time.perf_counter() - self._window_start
+        acc = self.accounting
+        stats = {
+            "fleet/inference_busy_share": self._busy_s / max(window * self.size, 1e-9),
+            "fleet/slot_utilisation": self._row_steps / max(self._slot_steps, 1),
+            "fleet/generated_tokens_per_s": self._tokens / max(window, 1e-9),
+            "fleet/groups_admitted": self._next_group,  # over the whole run
+            "fleet/discarded_on_resume": acc.discarded_on_resume,
+            **{f"fleet/ledger_{k}": v for k, v in acc.ledger(self._in_flight()).items()},
+            "fleet/reissued_requests": acc.reissued_requests,
+            "fleet/worker_restarts": acc.worker_restarts,
+            "staleness/dropped_group_share": acc.dropped_stale / max(
+                acc.trained + acc.dropped_stale, 1),
+            "sampling/dropped_group_share": acc.dropped_uniform / max(acc.admitted, 1),
+        }
+        self._busy_s, self._row_steps, self._slot_steps, self._tokens = 0.0, 0, 0, 0
+        self._window_start = time.perf_counter()
+        return stats
+
     # -- the orchestrator thread ---------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._admit()
-                submitted = [self._dispatch(i) for i in self._fleet.idle()]
-                results = self._fleet.wait(timeout=0.05)
-                for index, result in results:
-                    if isinstance(result, ActorDied):
-                        self._on_death(result)
-                    else:
-                        self._on_report(index, result)
-                if not results and not any(submitted) and not self._fleet_busy():
-                    with self._cv:  # nothing to do until the trainer publishes or consumes
-                        self._cv.wait(timeout=0.05)
-        except BaseException as exc:  # surfaced to the trainer by next_batch
-            with self._cv:
-                self._error = exc
-                self._cv.notify_all()
-
-    def _fleet_busy(self) -> bool:
-        return len(self._fleet.idle()) < len(self._fleet)
-
-    def _admit(self) -> None:
+    def _prepare(self) -> bool:
         """Admit groups while their training step is within k of the newest weights."""
-        newest, _ = self._publisher.latest()
+        newest, _ = self.latest()
         while True:
             with self._cv:  # admitted and recorded at once: the ledger balances at any time
                 target = self._live // self.per_step
                 if target >= self.cfg.train.steps or target - newest > self.k:
-                    return
+                    return True
                 group_id = self._next_group
                 rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
                 example = self.task.sample("train", rng)
@@ -374,21 +312,21 @@ class FleetRollouts:
                 self._next_group += 1
                 self._live += 1
                 self.accounting.admitted += 1
-            for r in range(self.size):
-                self._pending.append(self._request(group_id * self.size + r))
+            for r in range(self.group_size):
+                self._pending.append(self._request(group_id * self.group_size + r))
 
     def _dispatch(self, index: int) -> bool:
         """One call to an idle worker: newer weights when it may take them, and requests up
         to twice its slots (a backlog, so a freed slot is refilled inside the call)."""
         worker = self._workers[index]
-        newest, ref = self._publisher.latest()
+        newest, ref = self.latest()
         weights = None
         if newest > worker.version and (self.mode == "inflight" or worker.outstanding == 0):
             weights, worker.version = ref, newest
         requests: list[GenerationRequest] = []
         room = 2 * self.cfg.rollout.slots - worker.outstanding
         while room > 0 and self._pending:
-            group = self._groups[self._pending[0].request_id // self.size]
+            group = self._groups[self._pending[0].request_id // self.group_size]
             if group.target_step - worker.version > self.k:
                 break  # too stale for this worker's weights: it drains, then updates
             requests.append(self._pending.popleft())
@@ -403,7 +341,7 @@ class FleetRollouts:
 
     def _request(self, request_id: int) -> GenerationRequest:
         """Request `request_id`: row `request_id % G` of group `request_id // G`."""
-        group = self._groups[request_id // self.size]
+        group = self._groups[request_id // self.group_size]
         return GenerationRequest(request_id, group.prompt_ids, self.cfg.rollout.max_new_tokens)
 
     def _on_report(self, index: int, report: WorkerReport) -> None:
@@ -416,19 +354,19 @@ class FleetRollouts:
             self._slot_steps += report.slot_steps
             self._tokens += sum(len(c) for c in report.completions)
         for completion in report.completions:
-            group_id, row = divmod(completion.request_id, self.size)
+            group_id, row = divmod(completion.request_id, self.group_size)
             group = self._groups.get(group_id)
             if group is None or row in group.completions:
                 continue  # a late copy of a re-issued request: recorded once only
             group.completions[row] = completion
-            if len(group.completions) == self.size:
+            if len(group.completions) == self.group_size:
                 self._finish(group)  # it leaves `_groups` when it is queued or dropped
 
     def _on_death(self, died: ActorDied) -> None:
         self._workers[died.index] = _WorkerState()
         lost = [r for r in sorted(died.items)
-                if r // self.size in self._groups
-                and r % self.size not in self._groups[r // self.size].completions]
+                if r // self.group_size in self._groups
+                and r % self.group_size not in self._groups[r // self.group_size].completions]
         for request_id in reversed(lost):  # to the front: they are the oldest work
             self._pending.appendleft(self._request(request_id))
         with self._cv:
@@ -439,14 +377,14 @@ class FleetRollouts:
 
     def _finish(self, group: _Group) -> None:
         """Score a complete group and queue it for the trainer (or drop it, counted)."""
-        completions = [group.completions[r] for r in range(self.size)]
+        completions = [group.completions[r] for r in range(self.group_size)]
         rollout = rollout_from_completions(completions, self.tokenizer.pad_token_id)
         texts = decode_completions(self.tokenizer, rollout)
         t0 = time.perf_counter()
-        scored = self.pool.score(texts, [group.example] * self.size)
+        scored = self.pool.score(texts, [group.example] * self.group_size)
         scored_group = RolloutGroup.from_scores([group.example], rollout, texts, scored,
                                                 time.perf_counter() - t0)
-        uniform = not bool(informative_groups(scored_group.rewards, self.size)[0])
+        uniform = not bool(informative_groups(scored_group.rewards, self.group_size)[0])
         with self._cv:
             del self._groups[group.group_id]
             if self.dynamic_sampling and uniform:
@@ -454,5 +392,4 @@ class FleetRollouts:
                 self._live -= 1
                 return
             oldest = int(rollout.versions()[rollout.mask > 0].min())
-            self._ready.append(_Ready(group.group_id, oldest, scored_group))
-            self._cv.notify_all()
+            self.queue.put(_Ready(group.group_id, scored_group), oldest)

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,15 @@ def preflight(cfg: RLVRConfig) -> None:
         check_reachable(cfg.runtime.address, cfg.runtime.connect_timeout_s)
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """What one training step hands the loop: its metrics (logged) and the version lag of
+    every trained token (logged as a histogram)."""
+
+    metrics: dict[str, Any]
+    token_lags: torch.Tensor
+
+
 class RLVRRun:
     """One training run in `cfg.run_dir`, fresh or resumed from its last checkpoint."""
 
@@ -147,7 +156,6 @@ class RLVRRun:
             compute=compute_context(self.device, self.compute_dtype))
         self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
         self.step = 0
-        self.token_lags = torch.zeros(0, dtype=torch.long)  # of the last step's tokens
         self.last_eval: dict[str, float] = {}
         self.teacher_eval: float | None = None  # the teacher's held-out pass@1, once
         self.saved_fleet: dict[str, Any] | None = None  # the fleet's, from a checkpoint
@@ -220,7 +228,7 @@ class RLVRRun:
         return path
 
     # -- one step ------------------------------------------------------------------------
-    def train_step(self) -> dict[str, float]:
+    def train_step(self) -> StepRecord:
         cfg, size = self.cfg, self.cfg.rollout.group_size
         t0 = time.perf_counter()
         group, metrics = self.rollouts.next_batch(self.step, self.trainer.version)
@@ -235,7 +243,7 @@ class RLVRRun:
                                    r.policy_version, r.versions())
         self._score_teacher(batch, metrics)
         token_versions = r.versions()[r.mask > 0]
-        self.token_lags = self.trainer.version - token_versions
+        token_lags = self.trainer.version - token_versions
         lag_stats = staleness(self.trainer.version, token_versions.tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
         t1 = time.perf_counter()
@@ -279,7 +287,7 @@ class RLVRRun:
                                        [ex for ex in group.examples for _ in range(size)]))
         if group.first_error:
             metrics["reward/first_error"] = group.first_error
-        return metrics
+        return StepRecord(metrics, token_lags)
 
     def _score_teacher(self, batch, metrics: dict[str, float]) -> None:
         """With a teacher: its log-probs of every sampled token, into the batch (the trainer
@@ -351,7 +359,8 @@ class RLVRRun:
             while self.step < cfg.train.steps:
                 if mode == "snapshot":
                     undo.save()
-                metrics = self.train_step()
+                record = self.train_step()
+                metrics = record.metrics
                 self.step += 1
                 bad = [] if mode == "off" else non_finite_keys(metrics, GUARDED_METRICS)
                 if mode != "off" and not parameters_finite(self.model.parameters()):
@@ -378,8 +387,8 @@ class RLVRRun:
                     warned.add(error)
                     print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
                 logger.log(self.step, metrics)
-                if len(self.token_lags):
-                    logger.log_histogram(self.step, "staleness/token_lag", self.token_lags)
+                if len(record.token_lags):
+                    logger.log_histogram(self.step, "staleness/token_lag", record.token_lags)
                 progress.update(self.step, {
                     "reward": metrics["reward/mean"],
                     "pass@1": self.last_eval.get("eval/pass@1"),

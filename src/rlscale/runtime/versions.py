@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import collections
 import copy
+import heapq
+import itertools
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -61,16 +64,23 @@ class QueueClosed(RuntimeError):
 
 
 class VersionedQueue(Generic[T]):
-    """A FIFO between producers (e.g. a fleet's orchestrator thread) and one consumer (the
+    """Finished work between producers (a fleet's orchestrator thread) and one consumer (the
     learner): each item carries the policy version that produced it (the oldest, for an item
     several versions made), so the consumer knows how stale what it takes is.
 
-    `put` never blocks (the work is done by then); producers look at `len` to decide whether
-    to go on. `take(n)` blocks until n items are there, or the producers `fail`."""
+    Items leave in `order` (a key of the item; arrival order without one). `put` never
+    blocks (the work is done by then); producers look at `len` to decide whether to go on.
+    `take(n)` blocks until n items are there, or the producers `fail`; with `min_version` it
+    first drops the items older than that and hands them to `on_stale`, so the consumer
+    never trains on them and can count them. `lock` shares the producer's lock, so what the
+    producer records and what the queue holds change together (a ledger always balances)."""
 
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._items: collections.deque[tuple[int, T]] = collections.deque()
+    def __init__(self, *, order: Callable[[T], Any] | None = None,
+                 lock: threading.Condition | None = None) -> None:
+        self._cv = lock if lock is not None else threading.Condition()
+        self._order = order
+        self._items: list[tuple[Any, int, int, T]] = []  # a heap: (key, arrival, version, item)
+        self._arrivals = itertools.count()
         self._error: str | None = None
 
     def __len__(self) -> int:
@@ -79,20 +89,42 @@ class VersionedQueue(Generic[T]):
 
     def put(self, item: T, version: int) -> None:
         with self._cv:
-            self._items.append((version, item))
+            arrival = next(self._arrivals)
+            key = self._order(item) if self._order is not None else arrival
+            heapq.heappush(self._items, (key, arrival, version, item))
             self._cv.notify_all()
 
-    def take(self, n: int, timeout: float | None = None) -> list[tuple[int, T]]:
-        """The n oldest (version, item) pairs; QueueClosed if the producers failed first,
-        TimeoutError after `timeout` seconds."""
+    def take(self, n: int, timeout: float | None = None, *, min_version: int | None = None,
+             on_stale: Callable[[list[tuple[int, T]]], None] | None = None,
+             ) -> list[tuple[int, T]]:
+        """The first n (version, item) pairs in order; QueueClosed if the producers failed
+        first, TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            ok = self._cv.wait_for(lambda: self._error is not None or len(self._items) >= n,
-                                   timeout)
-            if self._error is not None:
-                raise QueueClosed(self._error)
-            if not ok:
-                raise TimeoutError(f"{len(self._items)} of {n} items after {timeout} s")
-            return [self._items.popleft() for _ in range(n)]
+            while True:
+                if self._error is not None:
+                    raise QueueClosed(self._error)
+                if min_version is not None:
+                    self._drop_older(min_version, on_stale)
+                if len(self._items) >= n:
+                    return [self._pop() for _ in range(n)]
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{len(self._items)} of {n} items after {timeout} s")
+                self._cv.wait(left)
+
+    def _pop(self) -> tuple[int, T]:
+        _, _, version, item = heapq.heappop(self._items)
+        return version, item
+
+    def _drop_older(self, min_version: int,
+                    on_stale: Callable[[list[tuple[int, T]]], None] | None) -> None:
+        stale = [(v, item) for _, _, v, item in self._items if v < min_version]
+        if stale:
+            self._items = [entry for entry in self._items if entry[2] >= min_version]
+            heapq.heapify(self._items)
+            if on_stale is not None:
+                on_stale(stale)
 
     def fail(self, reason: str) -> None:
         """Wake the consumer with an error: nothing more will come."""

@@ -31,7 +31,6 @@ same games (in-process self-play, `runtime.actors: 0`, resumes exactly).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +39,9 @@ import numpy as np
 import torch
 
 from rlscale.runtime.device import resolve_compute_dtype, resolve_device
-from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
-from rlscale.runtime.versions import QueueClosed, VersionedQueue, WeightStore
+from rlscale.runtime.fleet import ActorDied, import_ray
+from rlscale.runtime.orchestrator import Orchestrator
+from rlscale.runtime.versions import WeightStore
 from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.network import network_for
@@ -126,107 +126,71 @@ class SelfPlayAccounting:
     first_games: list[list[int]] = field(default_factory=list)  # per actor, per incarnation
 
 
-class FleetSelfPlay:
+class FleetSelfPlay(Orchestrator[tuple[GameId, FinishedGame]]):
     """M self-play workers and the thread that feeds their games to the learner."""
 
     def __init__(self, cfg: ZeroConfig, *, resign_threshold: float | None,
                  resumed: dict[str, Any] | None = None) -> None:
+        super().__init__(name="self-play fleet", size=cfg.runtime.actors,
+                         max_restarts=cfg.runtime.max_actor_restarts)
         self.cfg = cfg
-        self.size = cfg.runtime.actors
         self.game = make_game(cfg.game.name, **cfg.game.kwargs)
         self.max_queued = cfg.runtime.max_queued_games or cfg.selfplay.games_per_iteration
-        self.queue: VersionedQueue[tuple[GameId, FinishedGame]] = VersionedQueue()
         self.accounting = SelfPlayAccounting(reports=[0] * self.size,
                                              first_games=[[] for _ in range(self.size)])
         next_game = list((resumed or {}).get("next_game", []))[:self.size]
         self._next_game = next_game + [0] * (self.size - len(next_game))
         self.accounting.discarded_on_resume = int((resumed or {}).get("queued", 0))
-        self._lock = threading.Lock()
-        self._publisher = RayWeightPublisher()
         self._resign_threshold = resign_threshold
         self._worker_version = [-1] * self.size
         self._incarnations = [0] * self.size
         self._moves = self._simulations = 0
         self._kl_sum = self._busy_s = 0.0
         self._window_start = time.perf_counter()
-        self._stop = threading.Event()
-        self._fleet: ActorFleet | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -----------------------------------------------------------------------
-    def start(self, state_dict: dict[str, Any], version: int) -> None:
-        ray = import_ray()
-        cfg = self.cfg
         # On a GPU learner the actors evaluate on GPUs too: an even share of one GPU each
         # beside the learner's, for Ray's placement (the batched search's calls are small; one
         # GPU serves them all). On a CPU learner they stay on CPUs.
-        on_gpu = resolve_device(cfg.device).type == "cuda"
-        remote = ray.remote(num_cpus=cfg.runtime.actor_threads,
-                            num_gpus=1 / (self.size + 1) if on_gpu else 0)(SelfPlayWorker)
+        self._on_gpu = resolve_device(cfg.device).type == "cuda"
 
-        def make(index: int):
-            incarnation, self._incarnations[index] = (self._incarnations[index],
-                                                      self._incarnations[index] + 1)
-            first = self._next_game[index]
-            self.accounting.first_games[index].append(first)
-            seed = np.random.SeedSequence([cfg.train.seed, 2, index, incarnation, first])
-            spec = WorkerSpec(index, cfg.game.name, dict(cfg.game.kwargs), cfg.network,
-                              cfg.mcts, cfg.selfplay, cfg.runtime.actor_threads,
-                              int(seed.generate_state(1)[0]), first,
-                              "cuda" if on_gpu else "cpu", cfg.compute_dtype)
-            return remote.remote(spec)
+    def _make_worker(self, index: int):
+        cfg = self.cfg
+        incarnation, self._incarnations[index] = (self._incarnations[index],
+                                                  self._incarnations[index] + 1)
+        first = self._next_game[index]
+        self.accounting.first_games[index].append(first)
+        seed = np.random.SeedSequence([cfg.train.seed, 2, index, incarnation, first])
+        spec = WorkerSpec(index, cfg.game.name, dict(cfg.game.kwargs), cfg.network,
+                          cfg.mcts, cfg.selfplay, cfg.runtime.actor_threads,
+                          int(seed.generate_state(1)[0]), first,
+                          "cuda" if self._on_gpu else "cpu", cfg.compute_dtype)
+        remote = import_ray().remote(num_cpus=cfg.runtime.actor_threads,
+                                     num_gpus=1 / (self.size + 1) if self._on_gpu else 0)
+        return remote(SelfPlayWorker).remote(spec)
 
-        self.publish(state_dict, version)
-        self._fleet = ActorFleet(make, self.size, max_restarts=cfg.runtime.max_actor_restarts)
-        # Every worker built: fail here, not later (one that dies meanwhile is restarted).
-        self._fleet.call_all("pid", timeout=300, on_death=self._on_death)
+    def _started(self) -> None:
         self._window_start = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, name="rlscale-selfplay", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-        if self._fleet is not None:
-            self._fleet.shutdown()
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Where each actor's sequence goes on, and how many finished games are queued."""
-        with self._lock:
+        with self._cv:
             return {"next_game": list(self._next_game), "queued": len(self.queue)}
 
-    def actor_pids(self) -> list[int]:
-        return self._fleet.call_all("pid") if self._fleet else []
-
     # -- the learner's side --------------------------------------------------------------
-    def publish(self, state_dict: dict[str, Any], version: int) -> None:
-        """The learner's new weights, for every worker's next call (a `WeightPublisher`)."""
-        with self._lock:
-            self._publisher.publish(state_dict, version)
-
-    def latest(self) -> tuple[int, Any]:
-        with self._lock:
-            return self._publisher.latest()
-
     def set_resign_threshold(self, threshold: float | None) -> None:
-        with self._lock:
+        with self._cv:
             self._resign_threshold = threshold
 
     def take(self, n: int) -> tuple[Samples, PlayStats, dict[str, float]]:
         """The n oldest finished games (blocks until they are there), their statistics, and
         the work of every worker since the last take (moves, simulations, search KL)."""
         t0 = time.perf_counter()
-        try:
-            items = self.queue.take(n)
-        except QueueClosed as err:
-            raise FleetError(f"the self-play fleet stopped: {err}") from None
+        items = self._take(n)
         wait = time.perf_counter() - t0
         games = [game for _, (_, game) in items]
         stats = PlayStats()
         for game in games:
             stats.record(game)
-        with self._lock:
+        with self._cv:
             acc = self.accounting
             acc.taken += [game_id for _, (game_id, _) in items]
             stats.moves, stats.simulations, stats.kl_sum = (self._moves, self._simulations,
@@ -251,35 +215,24 @@ class FleetSelfPlay:
         return game_samples(games, self.game), stats, metrics
 
     # -- the orchestrator thread ---------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                if len(self.queue) < self.max_queued:
-                    for index in self._fleet.idle():
-                        self._dispatch(index)
-                results = self._fleet.wait(timeout=0.05)
-                for index, result in results:
-                    if isinstance(result, ActorDied):
-                        self._on_death(result)
-                    else:
-                        self._on_report(index, result)
-                if not results and len(self._fleet.idle()) == self.size:
-                    time.sleep(0.02)  # the queue is full: wait for the learner
-        except BaseException as exc:  # surfaced to the learner by take
-            self.queue.fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    def _prepare(self) -> bool:
+        """Workers pause while `max_queued` games wait: self-play stays about one
+        iteration ahead of the learner."""
+        return len(self.queue) < self.max_queued
 
-    def _dispatch(self, index: int) -> None:
-        with self._lock:
+    def _dispatch(self, index: int) -> bool:
+        with self._cv:
             newest, ref = self._publisher.latest()
             threshold = self._resign_threshold
         weights = ref if newest > self._worker_version[index] else None
         self._worker_version[index] = newest
         self._fleet.submit(index, "advance", weights, newest, threshold,
                            self.cfg.runtime.call_budget_s)
+        return True
 
     def _on_report(self, index: int, report: WorkerReport) -> None:
         acc = self.accounting
-        with self._lock:
+        with self._cv:
             acc.reports[index] += 1
             self._moves += report.moves
             self._simulations += report.simulations
@@ -301,7 +254,7 @@ class FleetSelfPlay:
 
     def _on_death(self, died: ActorDied) -> None:
         self._worker_version[died.index] = -1
-        with self._lock:
+        with self._cv:
             self.accounting.actor_restarts += 1
             self.accounting.games_redone += len(died.items)
         print(f"warning: self-play actor {died.index} died ({died.reason}); restarted, "
