@@ -30,3 +30,17 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def with_text_in_command_line(text: str) -> set[int]:
+    """Every live process whose command line contains `text`, wherever it was reparented."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != str(os.getpid()):
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in command and alive(int(entry)):
+                found.add(int(entry))
+    return found

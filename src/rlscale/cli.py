@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from .experiments.commands import app as experiments_app
 from .runtime.errors import interrupted, run_guarded
 
 app = typer.Typer(help="rlscale: RLVR for language models and AlphaZero-style self-play.",
@@ -17,6 +18,7 @@ app = typer.Typer(help="rlscale: RLVR for language models and AlphaZero-style se
 rlvr_app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).",
                        no_args_is_help=True)
 app.add_typer(rlvr_app, name="rlvr")
+app.add_typer(experiments_app, name="experiments")
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
 

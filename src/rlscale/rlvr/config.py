@@ -24,6 +24,7 @@ from ..config import (
     StrictModel,
 )
 from .objectives import PRESETS, Objective
+from .tools import ToolsConfig
 
 
 class LoraSettings(StrictModel):
@@ -109,6 +110,9 @@ class RolloutConfig(StrictModel):
         "decide by the run's length (eager below 300 k tokens per worker)")
     recompute_cache_on_update: bool = Field(
         True, description="in-flight update: recompute running rows' KV cache with new weights")
+    tools: ToolsConfig = Field(
+        default_factory=ToolsConfig, description="tools the policy may call while it "
+        "generates (none by default): docs/tools.md")
 
 
 # Descriptions of `loss.*` keys beyond config_docs.NOTES (the doc's wording for the others).
@@ -261,6 +265,14 @@ class RLVRConfig(StrictModel):
     tensorboard: bool = True
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     progress: bool = True
+
+    @model_validator(mode="after")
+    def _tools_on_the_native_engine(self) -> RLVRConfig:
+        if self.rollout.tools.tools and self.rollout.engine == "vllm" and \
+                self.runtime.mode != "sync":
+            raise ValueError("rollout.tools runs on the native engine only (rollout.engine "
+                             "native); tool calls through vLLM are not built yet")
+        return self
 
     @model_validator(mode="after")
     def _lora_in_the_sync_loop(self) -> RLVRConfig:

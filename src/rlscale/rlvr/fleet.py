@@ -45,6 +45,8 @@ from .rollout.sampler import decode_completions
 from .rollout.types import Completion, EngineSampling, GenerationRequest
 from .rollout_source import informative_groups
 from .tasks import Example, Task
+from .tool_turns import RunnerToolTurns
+from .tools import ToolsConfig
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class WorkerSpec:
     recompute_cache_on_update: bool
     seed: int
     vllm_eager: bool = True  # engine vllm: skip torch.compile (RLVRConfig.vllm_eager)
+    tools: ToolsConfig | None = None  # rollout.tools, when it lists any (native engine)
 
 
 @dataclass
@@ -82,10 +85,11 @@ def build_engine(spec: WorkerSpec):
     from .rollout.engine import ContinuousBatchingEngine
 
     model, tokenizer = load_model(spec.model_path, spec.dtype)
+    tools = RunnerToolTurns.from_config(spec.tools, tokenizer) if spec.tools else None
     return ContinuousBatchingEngine(
         model, spec.sampling, slots=spec.slots, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, seed=spec.seed, version=-1,
-        recompute_cache_on_update=spec.recompute_cache_on_update)
+        recompute_cache_on_update=spec.recompute_cache_on_update, tools=tools)
 
 
 class InferenceWorker:
@@ -124,9 +128,10 @@ class InferenceWorker:
         return (stats.active_row_steps, stats.slot_steps) if stats else (0, 0)
 
     def close(self) -> None:
-        close = getattr(self.engine, "close", None)
-        if close:
-            close()
+        for part in (self.engine, getattr(self.engine, "tools", None)):
+            close = getattr(part, "close", None)
+            if close:
+                close()
 
 
 @dataclass
@@ -240,7 +245,7 @@ class FleetRollouts(Orchestrator[_Ready]):
             self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
             r.slots, rt.worker_threads, r.recompute_cache_on_update,
             step_seed(self.cfg.train.seed, index, f"worker:{self.accounting.worker_restarts}")
-            % 2**31, self.cfg.vllm_eager())
+            % 2**31, self.cfg.vllm_eager(), r.tools if r.tools.tools else None)
         return import_ray().remote(num_cpus=1)(InferenceWorker).remote(spec)
 
     def checkpoint_state(self) -> dict[str, Any]:
@@ -391,5 +396,5 @@ class FleetRollouts(Orchestrator[_Ready]):
                 self.accounting.dropped_uniform += 1
                 self._live -= 1
                 return
-            oldest = int(rollout.versions()[rollout.mask > 0].min())
+            oldest = int(rollout.versions()[rollout.sampled_mask() > 0].min())
             self.queue.put(_Ready(group.group_id, scored_group), oldest)

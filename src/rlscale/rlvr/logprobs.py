@@ -45,12 +45,15 @@ def layout_logits(model, layout: Layout) -> torch.Tensor:
 
 
 def make_layout(batch, pack: bool) -> Layout:
-    """`batch` is a PolicyBatch (or any record with its four fields). A packed row's tail
-    is a segment of its own whose outputs are never read, so its token id does not matter."""
+    """`batch` is a PolicyBatch (or any record with its fields). Every completion token is in
+    the layout, tool-written ones too (the context later tokens see); the loss mask
+    (`batch.mask`) drops those afterwards. A packed row's tail is a segment of its own whose
+    outputs are never read, so its token id does not matter."""
+    completion = batch.attention_mask[:, batch.prompt_width:]
     if pack:
         return packed_layout(batch.input_ids, batch.attention_mask, batch.prompt_width,
-                             batch.mask, pad_token_id=0)
-    return padded_layout(batch.input_ids, batch.attention_mask, batch.prompt_width, batch.mask)
+                             completion, pad_token_id=0)
+    return padded_layout(batch.input_ids, batch.attention_mask, batch.prompt_width, completion)
 
 
 def completion_logprobs(model, batch, temperature: float = 1.0, with_entropy: bool = False,

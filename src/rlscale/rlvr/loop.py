@@ -52,7 +52,8 @@ from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, step_seed
 from .rollout_source import InProcessRollouts, RolloutSource
 from .tasks import make_task
-from .trace_stats import behaviour_means, length_by_outcome
+from .tool_turns import RunnerToolTurns
+from .trace_stats import behaviour_means, length_by_outcome, mean_by_difficulty
 from .trainer import PolicyTrainer, build_policy_batch
 
 # A step with any of these not finite is undone and counted (see runtime/health.py). The
@@ -150,10 +151,14 @@ class RLVRRun:
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
         # Where batches come from: the sampler on this model, or the fleet (set in train()).
+        # Tool calls (rollout.tools) run in worker processes too; the fleet's workers run
+        # their own.
+        self.tools = RunnerToolTurns.from_config(cfg.rollout.tools, self.tokenizer) \
+            if cfg.rollout.tools.tools and cfg.runtime.mode == "sync" else None
         self.rollouts: RolloutSource = InProcessRollouts(
             self.model, self.tokenizer, self.task, cfg, self.pool,
             dynamic_sampling=self.objective.dynamic_sampling,
-            compute=compute_context(self.device, self.compute_dtype))
+            compute=compute_context(self.device, self.compute_dtype), tools=self.tools)
         self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
         self.step = 0
         self.last_eval: dict[str, float] = {}
@@ -240,9 +245,9 @@ class RLVRRun:
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
-                                   r.policy_version, r.versions())
+                                   r.policy_version, r.versions(), r.tool_mask)
         self._score_teacher(batch, metrics)
-        token_versions = r.versions()[r.mask > 0]
+        token_versions = r.versions()[r.sampled_mask() > 0]
         token_lags = self.trainer.version - token_versions
         lag_stats = staleness(self.trainer.version, token_versions.tolist())
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
@@ -283,8 +288,12 @@ class RLVRRun:
         # What the completions did: right vs wrong length, the task's behaviour counters.
         right = (group.rewards > 0.5).tolist()
         metrics.update(length_by_outcome(r.lengths.tolist(), right))
-        metrics.update(behaviour_means(self.task, group.texts,
-                                       [ex for ex in group.examples for _ in range(size)]))
+        rows = [ex for ex in group.examples for _ in range(size)]
+        metrics.update(behaviour_means(self.task, group.texts, rows))
+        if self.cfg.rollout.tools.tools:  # where the calls went
+            calls = r.tool_calls().tolist()
+            metrics["tools/calls_per_rollout"] = sum(calls) / len(calls)
+            metrics.update(mean_by_difficulty(self.task, rows, calls, "tool_calls"))
         if group.first_error:
             metrics["reward/first_error"] = group.first_error
         return StepRecord(metrics, token_lags)
@@ -336,6 +345,8 @@ class RLVRRun:
                     self.fleet.close()
         finally:
             self.pool.close()
+            if self.tools is not None:
+                self.tools.close()
             self.lock.release()
 
     def _train(self) -> Path:

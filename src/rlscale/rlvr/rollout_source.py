@@ -26,9 +26,18 @@ import torch
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
-from .rollout.groups import RolloutGroup, concat_groups, select_groups, step_seed
-from .rollout.sampler import SamplingParams, decode_completions, generate
+from .rollout.engine import ContinuousBatchingEngine
+from .rollout.groups import (
+    RolloutGroup,
+    concat_groups,
+    rollout_from_completions,
+    select_groups,
+    step_seed,
+)
+from .rollout.sampler import Rollout, SamplingParams, decode_completions, generate
+from .rollout.types import EngineSampling, GenerationRequest
 from .tasks import Task
+from .tool_turns import RunnerToolTurns
 
 
 class RolloutSource(Protocol):
@@ -58,9 +67,15 @@ class InProcessRollouts:
     P informative groups are there."""
 
     def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool, *,
-                 dynamic_sampling: bool, compute=None) -> None:
+                 dynamic_sampling: bool, compute=None,
+                 tools: RunnerToolTurns | None = None) -> None:
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
         self.pool, self.dynamic_sampling = pool, dynamic_sampling
+        # With tools, completions come from the continuous-batching engine on the same model
+        # object: a row that calls a tool leaves the batch while the call runs, the others
+        # decode on (the static sampler would hold every row for the slowest call).
+        self.tools = tools
+        self._parked_s = self._request_s = 0.0  # the engines' time of this step's draws
         self.compute = compute or contextlib.nullcontext()  # the matmul dtype (train.compute_dtype)
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         r = cfg.rollout
@@ -97,8 +112,16 @@ class InProcessRollouts:
             batch = select_groups(batch, torch.arange(len(batch.examples)) < want, size)
         stats = {"sampling/prompts_drawn": drawn,
                  "sampling/dropped_group_share": dropped / max(drawn, 1),
-                 "sampling/batch_prompts": len(batch.examples)}
+                 "sampling/batch_prompts": len(batch.examples), **self._engine_stats()}
         return batch, stats
+
+    def _engine_stats(self) -> dict[str, float]:
+        """With tools: how long requests waited on them, and the calls by cause (the run's)."""
+        if self.tools is None:
+            return {}
+        parked, lifetime, self._parked_s, self._request_s = (self._parked_s, self._request_s,
+                                                             0.0, 0.0)
+        return {"tools/wait_share": parked / max(lifetime, 1e-9), **self.tools.metrics()}
 
     def draw(self, step: int, draw: int, policy_version: int) -> RolloutGroup:
         """One draw of P prompts x G completions, scored (seeded by step and draw)."""
@@ -111,12 +134,31 @@ class InProcessRollouts:
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
         self.model.eval()
         with self.compute:
-            rollout = generate(self.model, ids, self.params,
-                               eos_token_id=self.tokenizer.eos_token_id,
-                               pad_token_id=self.tokenizer.pad_token_id, generator=generator,
-                               policy_version=policy_version)
+            if self.tools is None:
+                rollout = generate(self.model, ids, self.params,
+                                   eos_token_id=self.tokenizer.eos_token_id,
+                                   pad_token_id=self.tokenizer.pad_token_id,
+                                   generator=generator, policy_version=policy_version)
+            else:
+                rollout = self._generate_with_tools(ids, step_seed(
+                    cfg.train.seed, step, f"sample:{draw}") % 2**63, policy_version)
         texts = decode_completions(self.tokenizer, rollout)
         t0 = time.perf_counter()
         scored = self.pool.score(texts, rows)
         score_seconds = time.perf_counter() - t0
         return RolloutGroup.from_scores(prompts, rollout, texts, scored, score_seconds)
+
+    def _generate_with_tools(self, ids: list[list[int]], seed: int,
+                             policy_version: int) -> Rollout:
+        r = self.cfg.rollout
+        engine = ContinuousBatchingEngine(
+            self.model, EngineSampling(r.temperature, r.top_p), slots=len(ids),
+            eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
+            seed=seed, version=policy_version, tools=self.tools)
+        for i, prompt in enumerate(ids):
+            engine.add_request(GenerationRequest(i, tuple(prompt), r.max_new_tokens))
+        done = {c.request_id: c for c in engine.run()}
+        self._parked_s += engine.stats.parked_s
+        self._request_s += engine.stats.request_s
+        return rollout_from_completions([done[i] for i in range(len(ids))],
+                                        self.tokenizer.pad_token_id)

@@ -55,3 +55,16 @@ def by_difficulty(task: Task, examples: Sequence[Example], lengths: Sequence[int
         out[f"difficulty/{level}/mean_length"] = sum(n for n, _ in items) / len(items)
         out[f"difficulty/{level}/share"] = len(items) / len(examples)
     return out
+
+
+def mean_by_difficulty(task: Task, examples: Sequence[Example], values: Sequence[float],
+                       name: str) -> dict[str, float]:
+    """The mean of `values` (one per completion) per difficulty level
+    (`difficulty/<level>/<name>`) for a task with `difficulty(example)`; else empty."""
+    level_of = getattr(task, "difficulty", None)
+    if level_of is None or not examples:
+        return {}
+    rows: dict[int, list[float]] = defaultdict(list)
+    for example, value in zip(examples, values, strict=True):
+        rows[level_of(example)].append(float(value))
+    return {f"difficulty/{level}/{name}": sum(v) / len(v) for level, v in sorted(rows.items())}

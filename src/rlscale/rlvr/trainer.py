@@ -46,7 +46,8 @@ class PolicyBatch:
 
     def lengths(self) -> torch.Tensor:
         """[B] prompt + completion tokens of each sequence."""
-        prompt, completion = sequence_lengths(self.attention_mask, self.prompt_width, self.mask)
+        prompt, completion = sequence_lengths(self.attention_mask, self.prompt_width,
+                                              self.attention_mask[:, self.prompt_width:])
         return (prompt + completion).cpu()
 
     def to(self, device: torch.device) -> PolicyBatch:
@@ -65,8 +66,11 @@ class PolicyBatch:
 def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor,
                        mask: torch.Tensor, advantages: torch.Tensor,
                        sampler_logprobs: torch.Tensor, pad_token_id: int,
-                       policy_version: int, token_versions: torch.Tensor | None = None
-                       ) -> PolicyBatch:
+                       policy_version: int, token_versions: torch.Tensor | None = None,
+                       tool_mask: torch.Tensor | None = None) -> PolicyBatch:
+    """`mask` marks the completion tokens (attended to); `tool_mask` the ones among them a
+    tool wrote, which stay in the context and out of the loss: the batch's `mask` is the
+    loss mask, the sampled tokens only."""
     batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
     prompts = torch.full((batch, width), pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros((batch, width), dtype=torch.long)
@@ -76,7 +80,8 @@ def build_policy_batch(prompt_ids: list[list[int]], completion_ids: torch.Tensor
     return PolicyBatch(
         input_ids=torch.cat([prompts, completion_ids], 1),
         attention_mask=torch.cat([prompt_mask, mask.long()], 1),
-        prompt_width=width, completion_ids=completion_ids, mask=mask.float(),
+        prompt_width=width, completion_ids=completion_ids,
+        mask=mask.float() if tool_mask is None else mask.float() * (1 - tool_mask.float()),
         advantages=advantages.float(), sampler_logprobs=sampler_logprobs.float(),
         policy_version=policy_version, token_versions=token_versions)
 
@@ -317,8 +322,11 @@ class PolicyTrainer:
         logp_after = self.score_logprobs(self.model, batch)
         mask = batch.mask
         n = float(mask.sum().clamp(min=1))
-        # KL(old || new) estimated on tokens sampled from old (k3, non-negative).
-        kl = objectives.kl_penalty(logp_after, logp_before, "k3")
+        # KL(old || new) estimated on tokens sampled from old (k3, non-negative): old is the
+        # policy the samples came from, so it takes k3's policy slot (ratio new/old). The
+        # other way round (ratio old/new) adds a chi-square term that explodes on any
+        # token whose probability the step pushed towards 0.
+        kl = objectives.kl_penalty(logp_before, logp_after, "k3")
         change = (logp_after - logp_before).abs() * mask
         top = objectives.top_entropy_mask(entropy_before, mask, 0.2)
         total_change = float(change.sum())

@@ -17,11 +17,20 @@ at the last column, padding (masked) on the left. A refilled row overwrites its 
 columns; columns that no row uses any more are cut off the left. Positions are per row, so
 padding never shifts RoPE. Decode steps are the sampler's (`decoder.decode_step` on the
 Llama family, else the model's forward); the fused weights are rebuilt at `load_weights`.
+
+Tool calls (`tools`, a `ToolTurns`): a row whose tokens close a call is parked: it leaves
+its slot (the next step refills it from the queue) while the call runs elsewhere. When the
+result is back it is appended to the row's tokens (masked out of the loss) and the row joins
+the front of the queue; its next prefill is its whole context (prompt, tokens, result), so
+its cache is rebuilt with whatever weights are current then, and its later tokens carry the
+version they were drawn under. A row that reaches `max_new_tokens` inside a result ends
+there ("length").
 """
 
 from __future__ import annotations
 
 import collections
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,15 +39,22 @@ import torch.nn.functional as F
 
 from .kv_cache import KVCache
 from .sampler import cached_forward, sample_next, step_function
-from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 
 class _Row(PartialCompletion):
     """A running request in a batch row; its last token is drawn but not yet fed."""
 
+    started: float = 0.0           # time.monotonic() of its first prefill
+    parked_at: float = 0.0         # of its current tool call
+
     def fed(self) -> list[int]:
         """The tokens whose keys and values are in the cache: prompt + all but the last."""
         return list(self.request.prompt_ids) + self.token_ids[:-1]
+
+    def context(self) -> list[int]:
+        """Everything a resumed row feeds in its prefill: prompt, tokens, the tool's result."""
+        return list(self.request.prompt_ids) + self.token_ids
 
 
 @dataclass
@@ -48,6 +64,10 @@ class EngineStats:
     generated_tokens: int = 0
     active_row_steps: int = 0      # sum over decode steps of the rows that held a request
     slot_steps: int = 0            # sum over decode steps of the slot count
+    tool_calls: int = 0            # rows parked on a tool call
+    resumes: int = 0               # rows back from a tool call, prefilled again
+    parked_s: float = 0.0          # sum over requests of the time spent waiting on tools
+    request_s: float = 0.0         # sum over finished requests of first prefill to finish
 
     @property
     def slot_utilisation(self) -> float:
@@ -57,7 +77,8 @@ class EngineStats:
 class ContinuousBatchingEngine:
     def __init__(self, model, sampling: EngineSampling, *, slots: int, eos_token_id: int,
                  pad_token_id: int, seed: int = 0, version: int = 0,
-                 recompute_cache_on_update: bool = True) -> None:
+                 recompute_cache_on_update: bool = True,
+                 tools: ToolTurns | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.model = model.eval()
@@ -70,8 +91,11 @@ class ContinuousBatchingEngine:
         self.recompute_cache_on_update = recompute_cache_on_update
         self.device = next(model.parameters()).device
         self.generator = torch.Generator().manual_seed(seed)
-        self.waiting: collections.deque[GenerationRequest] = collections.deque()
+        # New requests, and rows back from a tool call (at the front: admitted earlier).
+        self.waiting: collections.deque[GenerationRequest | _Row] = collections.deque()
         self.rows: list[_Row | None] = []          # one per batch row; None = a free slot
+        self.tools = tools
+        self.parked: dict[int, _Row] = {}          # request id -> a row waiting on its call
         self.cache: KVCache | None = None
         self.positions: torch.Tensor | None = None  # [rows] position of the next fed token
         self.cache_dtype, self._decode = step_function(self.model)
@@ -86,16 +110,17 @@ class ContinuousBatchingEngine:
         self.waiting.append(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting) or any(r is not None for r in self.rows)
+        return bool(self.waiting) or bool(self.parked) or any(r is not None for r in self.rows)
 
     @property
     def num_running(self) -> int:
         return sum(r is not None for r in self.rows)
 
     def abort_all(self) -> list[int]:
-        ids = [r.request_id for r in self.waiting] + [r.request.request_id for r in self.rows
-                                                      if r is not None]
+        ids = [_request_of(r).request_id for r in self.waiting] + [
+            r.request.request_id for r in self.rows if r is not None] + list(self.parked)
         self.waiting.clear()
+        self.parked.clear()  # a result that still comes back is ignored
         self._reset_batch()
         return ids
 
@@ -109,7 +134,8 @@ class ContinuousBatchingEngine:
 
     @torch.no_grad()
     def step(self) -> list[Completion]:
-        finished = self._refill()
+        finished = self._resume_parked()
+        finished += self._refill()
         if not self.num_running:
             return finished
         pending = torch.tensor([r.token_ids[-1] if r is not None else self.pad_token_id
@@ -145,8 +171,42 @@ class ContinuousBatchingEngine:
             self.stats.generated_tokens += 1
             stop = token == self.eos_token_id and not self.sampling.ignore_eos
             if stop or len(row.token_ids) >= row.request.max_new_tokens:
-                finished.append(row.finish("stop" if stop else "length"))
+                finished.append(self._finish(row, "stop" if stop else "length"))
                 self.rows[i] = None
+            elif self.tools is not None:
+                call = self.tools.call_in(row.token_ids, row.tool_calls)
+                if call is not None:  # parked: the slot is free for the next refill
+                    self.tools.start(row.request.request_id, call)
+                    row.parked_at = time.monotonic()
+                    self.parked[row.request.request_id] = row
+                    self.rows[i] = None
+                    self.stats.tool_calls += 1
+        return finished
+
+    def _finish(self, row: _Row, reason: str) -> Completion:
+        self.stats.request_s += time.monotonic() - row.started
+        return row.finish(reason)
+
+    def _resume_parked(self) -> list[Completion]:
+        """Rows whose calls came back: the result appended, to the front of the queue (or
+        finished, when the result reaches the length cap). With nothing else to run, waits
+        briefly for a result rather than spin."""
+        if not self.parked:
+            return []
+        idle = not self.waiting and not any(r is not None for r in self.rows)
+        finished = []
+        for request_id, result in self.tools.results(timeout=0.005 if idle else 0.0):
+            row = self.parked.pop(request_id, None)
+            if row is None:
+                continue  # aborted meanwhile
+            self.stats.parked_s += time.monotonic() - row.parked_at
+            room = row.request.max_new_tokens - len(row.token_ids)
+            row.insert_tool_result(result[:room], self.version)
+            if len(row.token_ids) >= row.request.max_new_tokens:
+                finished.append(self._finish(row, "length"))
+            else:
+                self.waiting.appendleft(row)
+                self.stats.resumes += 1
         return finished
 
     def _refill(self) -> list[Completion]:
@@ -158,18 +218,26 @@ class ContinuousBatchingEngine:
             if free and self.rows and any(r is None for r in self.rows):
                 self._compact()
             return []
-        requests = [self.waiting.popleft() for _ in range(take)]
+        entries = [self.waiting.popleft() for _ in range(take)]
         slots = free[:take]
-        new_cache, new_attention, logits = self._prefill([list(r.prompt_ids) for r in requests])
+        rows = [e if isinstance(e, _Row) else self._new_row(e) for e in entries]
+        contexts = [row.context() for row in rows]  # a new request's is its prompt
+        new_cache, new_attention, logits = self._prefill(contexts)
         self._splice(slots, new_cache, new_attention)
-        for slot, request in zip(slots, requests, strict=True):
-            self.rows[slot] = _Row(request)
-            self.positions[slot] = len(request.prompt_ids)
+        for slot, row, context in zip(slots, rows, contexts, strict=True):
+            self.rows[slot] = row
+            self.positions[slot] = len(context)
         self.stats.prefills += take
         finished = self._append(slots, logits)
         if not self.waiting and any(r is None for r in self.rows):
             self._compact()
         return finished
+
+    @staticmethod
+    def _new_row(request: GenerationRequest) -> _Row:
+        row = _Row(request)
+        row.started = time.monotonic()
+        return row
 
     # -- the cache ------------------------------------------------------------------------
     def _prefill(self, sequences: list[list[int]]):
@@ -228,4 +296,8 @@ class ContinuousBatchingEngine:
 
     def _reset_batch(self) -> None:
         self.rows, self.cache, self.positions = [], None, None
+
+
+def _request_of(entry: GenerationRequest | _Row) -> GenerationRequest:
+    return entry.request if isinstance(entry, _Row) else entry
 

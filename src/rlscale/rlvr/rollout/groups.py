@@ -60,18 +60,23 @@ def rollout_from_completions(completions: list[Completion], pad_token_id: int) -
     tokens = torch.full((rows, width), pad_token_id, dtype=torch.long)
     logprobs = torch.zeros((rows, width), dtype=torch.float32)
     versions = torch.zeros((rows, width), dtype=torch.long)
+    tools = torch.zeros((rows, width), dtype=torch.float32)
     for i, c in enumerate(completions):
         n = len(c)
         tokens[i, :n] = torch.tensor(c.token_ids)
         logprobs[i, :n] = torch.tensor(c.logprobs)
         versions[i, :n] = torch.tensor(c.versions)
+        if c.tool_mask:
+            tools[i, :n] = torch.tensor(c.tool_mask, dtype=torch.float32)
     lengths = torch.tensor([len(c) for c in completions], dtype=torch.long)
     mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    sampled = [v for c in completions for v, t in zip(c.versions, c.tool_mask or [0] * len(c),
+                                                      strict=True) if not t]
     return Rollout(prompt_ids=[list(c.prompt_ids) for c in completions], completion_ids=tokens,
                    sampler_logprobs=logprobs, mask=mask, lengths=lengths,
                    finish_reasons=[c.finish_reason for c in completions],
-                   policy_version=min(min(c.versions) for c in completions if c.versions),
-                   token_versions=versions)
+                   policy_version=min(sampled, default=0), token_versions=versions,
+                   tool_mask=tools if any(c.tool_mask for c in completions) else None)
 
 
 def concat_groups(parts: list[RolloutGroup], pad_token_id: int) -> RolloutGroup:
@@ -90,7 +95,9 @@ def concat_groups(parts: list[RolloutGroup], pad_token_id: int) -> RolloutGroup:
         lengths=torch.cat([g.rollout.lengths for g in parts]),
         finish_reasons=[f for g in parts for f in g.rollout.finish_reasons],
         policy_version=min(g.rollout.policy_version for g in parts),
-        token_versions=torch.cat([pad(g.rollout.versions(), 0) for g in parts]))
+        token_versions=torch.cat([pad(g.rollout.versions(), 0) for g in parts]),
+        tool_mask=torch.cat([pad(g.rollout.tools(), 0.0) for g in parts])
+        if any(g.rollout.tool_mask is not None for g in parts) else None)
     return RolloutGroup(
         examples=[e for g in parts for e in g.examples], rollout=rollout,
         texts=[t for g in parts for t in g.texts], rewards=torch.cat([g.rewards for g in parts]),
@@ -113,7 +120,8 @@ def select_groups(group: RolloutGroup, keep: torch.Tensor, size: int) -> Rollout
     rollout = Rollout([r.prompt_ids[i] for i in rows.tolist()], r.completion_ids[rows, :width],
                       r.sampler_logprobs[rows, :width], r.mask[rows, :width], r.lengths[rows],
                       [r.finish_reasons[i] for i in rows.tolist()], r.policy_version,
-                      r.versions()[rows, :width])
+                      r.versions()[rows, :width],
+                      None if r.tool_mask is None else r.tool_mask[rows, :width])
     return RolloutGroup([group.examples[i] for i in prompts.tolist()], rollout,
                         [group.texts[i] for i in rows.tolist()], group.rewards[rows],
                         group.verifier_errors, group.verifier_timeouts, group.verifier_crashes,

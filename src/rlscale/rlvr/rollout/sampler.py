@@ -40,12 +40,32 @@ class Rollout:
     finish_reasons: list[str]        # "stop" (EOS) or "length"
     policy_version: int              # the oldest version that drew any token
     token_versions: torch.Tensor | None = None  # [B, T] long; None: all `policy_version`
+    # [B, T] float32, 1 on tokens a tool wrote (results inside the completion: context, never
+    # sampled); None: no tool tokens.
+    tool_mask: torch.Tensor | None = None
 
     def versions(self) -> torch.Tensor:
         """[B, T] policy version of every token (padding included, masked by `mask`)."""
         if self.token_versions is not None:
             return self.token_versions
         return torch.full(self.completion_ids.shape, self.policy_version, dtype=torch.long)
+
+    def tools(self) -> torch.Tensor:
+        """[B, T] 1 on tool-written tokens, 0 elsewhere."""
+        if self.tool_mask is not None:
+            return self.tool_mask
+        return torch.zeros(self.completion_ids.shape, dtype=torch.float32)
+
+    def tool_calls(self) -> torch.Tensor:
+        """[B] the tool calls of each row: one run of tool-written tokens per call's result
+        (results are separated by the model's own call tags)."""
+        written = self.tools() > 0
+        starts = written[:, 1:] & ~written[:, :-1]
+        return written[:, 0].long() + starts.sum(1)
+
+    def sampled_mask(self) -> torch.Tensor:
+        """[B, T] 1 on the tokens the policy sampled: what the loss, KL and entropy see."""
+        return self.mask if self.tool_mask is None else self.mask * (1 - self.tool_mask)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

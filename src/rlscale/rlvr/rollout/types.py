@@ -37,6 +37,10 @@ class Completion:
     versions: list[int]            # policy version of the weights that drew each token
     finish_reason: str             # "stop" (EOS) or "length"
     meta: dict[str, Any] = field(default_factory=dict)
+    # 1 on tokens a tool wrote (a call's result, inserted into the context: never sampled, so
+    # out of the loss); empty: none.
+    tool_mask: list[int] = field(default_factory=list)
+    tool_calls: int = 0            # calls it made (each result is a run of tool_mask 1s)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -50,15 +54,48 @@ class PartialCompletion:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    tool_mask: list[int] = field(default_factory=list)
+    tool_calls: int = 0
 
     def append(self, token: int, logprob: float, version: int) -> None:
         self.token_ids.append(token)
         self.logprobs.append(logprob)
         self.versions.append(version)
+        self.tool_mask.append(0)
+
+    def insert_tool_result(self, token_ids: list[int], version: int) -> None:
+        """A tool's result, written into the context after the call: no log-prob of the
+        policy's (they were not sampled), masked out of the loss."""
+        self.token_ids += token_ids
+        self.logprobs += [0.0] * len(token_ids)
+        self.versions += [version] * len(token_ids)
+        self.tool_mask += [1] * len(token_ids)
+        self.tool_calls += 1
 
     def finish(self, reason: str) -> Completion:
         return Completion(self.request.request_id, self.request.prompt_ids, self.token_ids,
-                          self.logprobs, self.versions, reason)
+                          self.logprobs, self.versions, reason,
+                          tool_mask=self.tool_mask if any(self.tool_mask) else [],
+                          tool_calls=self.tool_calls)
+
+
+class ToolTurns(Protocol):
+    """What an engine needs to let requests call tools between decode steps
+    (rlvr/tool_turns.py). A request whose generated tokens just closed a call is parked: its
+    slot goes to other requests while the call runs; its result is inserted and the request
+    resumes."""
+
+    def call_in(self, token_ids: list[int], calls_made: int) -> Any | None:
+        """The call (opaque to the engine) when `token_ids` (generated so far, results
+        included) just closed one the request may still make (it made `calls_made`); else
+        None."""
+
+    def start(self, request_id: int, call: Any) -> None:
+        """Run the call in the background."""
+
+    def results(self, timeout: float) -> list[tuple[int, list[int]]]:
+        """(request id, the result's token ids) of the calls that finished, waiting up to
+        `timeout` seconds for the first."""
 
 
 class InferenceEngine(Protocol):

@@ -48,6 +48,10 @@ _TAG = re.compile(r"</?a>")
 _STEP = re.compile(rf"({_NUM})((?:[+-][0-9]{{1,12}})+)=({_NUM})"
                    rf"(?: \?({_NUM})([+-])([0-9]{{1,12}})=({_NUM}) (ok|no))?")
 _TERM = re.compile(r"([+-])([0-9]{1,12})")
+# A step the calculator did (rollout.tools: [calculator], the default markup): the call, then
+# its result as the tool wrote it.
+CALL_OPEN, CALL_CLOSE, RESULT_OPEN, RESULT_CLOSE = "<c>", "</c>", "<r>", "</r>"
+_TOOL_STEP = re.compile(rf"<c>({_NUM})((?:[+-][0-9]{{1,12}})+)</c><r>({_NUM})</r>")
 FORBIDDEN_DIGIT = "7"  # the ood rule: only ood prompts have a term with this digit
 
 # (name, share of the demonstrations) -- see the module docstring.
@@ -68,11 +72,12 @@ class TraceCounters:
     answered: bool = False
     missed_slips: int = 0  # checks that said "ok" to a wrong step
     false_alarms: int = 0  # checks that said "no" to a right step
+    tool_steps: int = 0   # lines the calculator worked out (a call and its result)
 
     @property
     def guessed(self) -> bool:
         """An answer with no worked line before it."""
-        return self.answered and self.steps + self.combined == 0
+        return self.answered and self.steps + self.combined + self.tool_steps == 0
 
     def as_metrics(self) -> dict[str, float]:
         lines = self.steps + self.combined
@@ -81,12 +86,13 @@ class TraceCounters:
                 "ungrammatical_lines": self.other_lines, "guess": float(self.guessed),
                 "checked_step_share": self.checks / lines if lines else 0.0,
                 "no_answer": float(not self.answered), "missed_slips": self.missed_slips,
-                "false_alarms": self.false_alarms}
+                "false_alarms": self.false_alarms, "tool_steps": self.tool_steps}
 
 
 def count_behaviour(completion: str) -> TraceCounters:
     """The behaviour counters of one completion (any text: unknown lines are counted)."""
     steps = combined = checks = backtracks = wrong = other = missed = false_alarms = 0
+    tool_steps = 0
     answered = False
     for line in completion.strip().split("\n"):
         line = line.strip()
@@ -94,6 +100,9 @@ def count_behaviour(completion: str) -> TraceCounters:
             continue
         if _ANSWER.fullmatch(line):
             answered = True
+            continue
+        if _TOOL_STEP.fullmatch(line):
+            tool_steps += 1
             continue
         match = _STEP.fullmatch(line)
         if match is None:
@@ -115,7 +124,7 @@ def count_behaviour(completion: str) -> TraceCounters:
             missed += slipped and match[8] == "ok"
             false_alarms += not slipped and match[8] == "no"
     return TraceCounters(steps, combined, checks, backtracks, wrong, other, answered, missed,
-                         false_alarms)
+                         false_alarms, tool_steps)
 
 
 def parse_answer(completion: str) -> int | None:
@@ -135,6 +144,9 @@ class LongArithmeticTask:
     max_digits: int = 3
     sub_share: float = 0.4      # of the operations after the first term (where the total allows)
     step_error: float = 0.1     # the demonstrator's chance of a wrong result per computed step
+    # The demonstrator's chance of handing a step to the calculator instead (a call and its
+    # exact result), at random whatever the difficulty: for rollout.tools [calculator].
+    tool_share: float = 0.0
     strategies: dict[str, float] = field(default_factory=lambda: dict(STRATEGIES))
     test_share: float = 0.1
 
@@ -144,6 +156,7 @@ class LongArithmeticTask:
         check_option(self.name, "max_digits", self.max_digits, int, 1, 6)
         check_option(self.name, "sub_share", self.sub_share, float, 0, 1)
         check_option(self.name, "step_error", self.step_error, float, 0, 1)
+        check_option(self.name, "tool_share", self.tool_share, float, 0, 1)
         check_option(self.name, "test_share", self.test_share, float, 0, 1)
         if self.test_share >= 1:
             raise TaskOptionError(f"task '{self.name}' option test_share must be below 1 "
@@ -214,6 +227,12 @@ class LongArithmeticTask:
         for i in range(0, len(ops), chunk):
             part = ops[i:i + chunk]
             exact = total + sum(t if s == "+" else -t for s, t in part)
+            if self.tool_share and rng.random() < self.tool_share:
+                expression = str(total) + "".join(f"{s}{t}" for s, t in part)
+                lines.append(f"{CALL_OPEN}{expression}{CALL_CLOSE}"
+                             f"{RESULT_OPEN}{exact}{RESULT_CLOSE}")
+                total = exact
+                continue
             written = _slip(exact, rng) if rng.random() < self.step_error else exact
             line = str(total) + "".join(f"{s}{t}" for s, t in part) + f"={written}"
             if strategy == "careful":

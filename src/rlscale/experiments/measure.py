@@ -1,0 +1,74 @@
+"""Measurements of the models an experiment trained: pass@k with the run's own task and
+token budget (`rlvr.evaluate`), and how far a model drifted from a reference.
+
+The drift is made of the library's pieces: the task's held-out prompts (`tasks.examples`),
+the RL sampler (`rollout.sampler.generate`), the trainer's forward
+(`logprobs.completion_logprobs`) and the loss's KL estimator (`objectives.kl_penalty`, k3):
+the same per-token figure a run logs as `kl/mean` when its KL coefficient is above 0, here
+for any model, beta = 0 included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..rlvr import objectives
+from ..rlvr.config import RLVRConfig
+from ..rlvr.evaluate import EvalResult, evaluate
+from ..rlvr.logprobs import completion_logprobs
+from ..rlvr.model import PromptFormatter, load_model
+from ..rlvr.rollout.sampler import SamplingParams, generate
+from ..rlvr.tasks import Task, examples, make_task
+from ..rlvr.trainer import build_policy_batch
+
+
+def run_task(cfg: RLVRConfig) -> Task:
+    return make_task(cfg.task.name, **cfg.task.options)
+
+
+def pass_at(model_path: Path, cfg: RLVRConfig, *, split: str, seed: int, prompts: int,
+            samples: int, ks: tuple[int, ...]) -> EvalResult:
+    """Held-out pass@k of a model with the task, token budget and temperature of the run
+    config `cfg` (as `rlscale rlvr eval --config` measures it)."""
+    model, tokenizer = load_model(model_path)
+    return evaluate(model, tokenizer, run_task(cfg), split=split, seed=seed, prompts=prompts,
+                    samples=samples, ks=ks, max_new_tokens=cfg.rollout.max_new_tokens,
+                    temperature=cfg.eval.temperature)
+
+
+@dataclass(frozen=True)
+class Drift:
+    kl_to_reference: float   # per completion token, k3 on the model's own samples
+    entropy: float           # the model's entropy per completion token, on those samples
+    tokens: int              # completion tokens measured
+
+
+@torch.no_grad()
+def drift(model_path: Path, reference_path: Path, task: Task, *, split: str = "test",
+          seed: int = 0, prompts: int = 64, samples: int = 4, max_new_tokens: int = 64,
+          temperature: float = 1.0) -> Drift:
+    """KL(model || reference) and the model's entropy per token, on `prompts` x `samples`
+    completions the model samples itself at `temperature`."""
+    model, tokenizer = load_model(model_path)
+    reference, _ = load_model(reference_path)
+    model.eval()
+    reference.eval()
+    fmt = PromptFormatter(tokenizer)
+    items = [ex for ex in examples(task, split, seed, prompts) for _ in range(samples)]
+    ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in items]
+    rollout = generate(model, ids, SamplingParams(max_new_tokens, temperature, 1.0),
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       generator=torch.Generator().manual_seed(seed))
+    batch = build_policy_batch(rollout.prompt_ids, rollout.completion_ids, rollout.mask,
+                               torch.zeros(len(items)), rollout.sampler_logprobs,
+                               tokenizer.pad_token_id, policy_version=0)
+    logp, entropy = completion_logprobs(model, batch, temperature, with_entropy=True)
+    ref_logp, _ = completion_logprobs(reference, batch, temperature)
+    mask = batch.mask
+    kl = objectives.kl_penalty(logp, ref_logp, "k3")
+    return Drift(kl_to_reference=float(objectives.masked_mean(kl, mask)),
+                 entropy=float(objectives.masked_mean(entropy, mask)),
+                 tokens=int(mask.sum()))

@@ -1,0 +1,119 @@
+"""`rlscale experiments report`: docs/experiments.md from the saved results.
+
+Per experiment: the claim, the set-up, the verdict with its effects, the figure (copied next
+to the report, so the markdown links stay relative), the table, the notes and the command
+that reproduces it. An experiment without a saved result is listed with its command.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from .record import ExperimentResult, Table, load_result
+from .registry import EXPERIMENTS
+from .setup import FULL, QUICK
+from .spec import Experiment
+from .verdict import Z, describe
+
+HEADER = """# The field's claims, measured
+
+Each section is one `rlscale experiments` experiment on the reasoning task
+([reasoning.md](reasoning.md)): a claim from the literature, the runs that test it (the
+library's own configs and training loop), a figure, and a verdict computed from the numbers.
+
+How a verdict is reached: every effect is measured once per seed (a paired difference, e.g.
+arm B minus arm A trained with the same seed); its estimate is the mean over seeds with the
+standard error sd/sqrt(n). An effect *supports* the claim when it has the predicted sign and
+is at least {z:g} standard errors (and the effect's stated minimum) away from zero,
+*contradicts* it when the same holds for the opposite sign, and is *inconclusive* otherwise;
+one seed is always inconclusive. A claim is contradicted by any primary effect that
+contradicts it, supported only when all its primary effects support it.
+
+```bash
+rlscale experiments list                    # the experiments and their claims
+rlscale experiments run NAME                # full budget (<= 20 min each on 2 cores), 2 seeds
+rlscale experiments run NAME --quick        # CI-sized smoke run, 1 seed
+rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
+rlscale experiments report                  # this file, from runs/experiments/*/result.json
+```
+"""
+
+
+def _effects_table(result: ExperimentResult) -> str:
+    rows = [[e.name, ", ".join(f"{v:+.4g}" for v in e.per_seed), describe(e),
+             "+" if e.expected_sign > 0 else "-", "primary" if e.primary else "reported",
+             f"**{e.verdict}**" if e.primary else e.verdict]
+            for e in result.analysis.effects]
+    return Table(["effect", "per seed", "estimate", "predicted sign", "role", "verdict"],
+                 rows).markdown()
+
+
+def _arms(result: ExperimentResult) -> str:
+    seen: dict[str, list[str]] = {}
+    for arm in result.arms:  # the seeds differ by train.seed only
+        seen.setdefault(arm.label, [o for o in arm.overrides if not o.startswith("train.seed=")])
+    lines = [f"{label}: {' '.join(overrides)}" for label, overrides in seen.items()]
+    return ("Arms (overrides on `configs/rlvr/reasoning.yaml`, with `model.path` the base and "
+            "`train.seed` the seed):\n\n```\n" + "\n".join(lines) + "\n```")
+
+
+def _budget(experiment: Experiment) -> str:
+    def settings(scale: str) -> str:
+        return ", ".join(f"{k} {v}" for k, v in asdict(experiment.settings[scale]).items())
+
+    return (f"**Budget.** Full: {settings('full')}, {FULL.seeds} seeds (estimated "
+            f"~{experiment.minutes:g} min on 2 cores, plus ~7 min for the shared SFT base on "
+            f"first use). Quick: {settings('quick')}, {QUICK.seeds} seed, on a smaller task and "
+            "base (`--quick`).")
+
+
+def section(name: str, result: ExperimentResult | None, figure: str | None) -> str:
+    experiment = EXPERIMENTS[name]
+    parts = [f"## {name}", f"**Claim.** {experiment.claim}", f"**Set-up.** {experiment.setup}",
+             _budget(experiment)]
+    if result is None:
+        parts.append(f"Not measured yet:\n\n```bash\nrlscale experiments run {name}\n```")
+        return "\n\n".join(parts)
+    if result.budget == "quick":
+        parts.append("> Quick budget: a smoke run sized for CI. Its numbers show that the "
+                     "pipeline runs, not whether the claim holds.")
+    parts.append(f"**Verdict: {result.verdict}** ({len(result.seeds)} seed"
+                 f"{'s' if len(result.seeds) != 1 else ''}, {result.budget} budget, "
+                 f"{result.seconds / 60:.1f} min, {result.date}).")
+    parts.append(_effects_table(result))
+    if figure is not None:
+        parts.append(f"![{name}]({figure})")
+    parts.append(result.analysis.table.markdown())
+    parts += result.analysis.notes
+    parts.append(_arms(result))
+    parts.append(f"```bash\n{result.command}\n```")
+    return "\n\n".join(parts)
+
+
+def write_report(runs: Path = Path("runs/experiments"),
+                 out: Path = Path("docs/experiments.md")) -> Path:
+    """docs/experiments.md (or `out`) from the results under `runs`; figures are copied to
+    `out`'s folder under experiments/."""
+    out = Path(out)
+    figures = out.parent / "experiments"
+    sections, summary = [], []
+    for name, experiment in EXPERIMENTS.items():
+        result = load_result(Path(runs) / name)
+        figure = None
+        if result is not None and (Path(runs) / name / result.figure).is_file():
+            figures.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(runs) / name / result.figure, figures / f"{name}.png")
+            figure = f"experiments/{name}.png"
+        sections.append(section(name, result, figure))
+        verdict = "not measured" if result is None else (
+            f"{result.verdict} ({result.budget}, {len(result.seeds)} seed"
+            f"{'s' if len(result.seeds) != 1 else ''})")
+        summary.append([f"[{name}](#{name})", experiment.claim, verdict])
+    text = "\n\n".join([HEADER.format(z=Z).rstrip(),
+                        Table(["experiment", "claim", "verdict"], summary).markdown(),
+                        *sections]) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out

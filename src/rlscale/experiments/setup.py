@@ -1,0 +1,180 @@
+"""What every experiment stands on: the reasoning task at a budget (`Scale`), one SFT base
+model per experiments folder (built once, reused by every experiment there), and training
+runs (`Arm`s) made of the library's own reasoning configs with dotted overrides and run by
+the library's own loop.
+
+    OUT/base/             the SFT run (configs/rlvr/reasoning_sft.yaml + the scale's overrides)
+    OUT/base/model/       the base model every arm starts from
+    OUT/NAME/arms/LABEL_sSEED/   one RLVR run directory per arm and seed
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import config_to_dict, load_config
+from ..runtime import rundir
+from ..runtime.errors import first_line
+from ..runtime.metrics import read_metrics
+from ..runtime.rundir import RunDirError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
+SFT_CONFIG = "reasoning_sft.yaml"     # under configs/rlvr/
+RL_CONFIG = "reasoning.yaml"
+
+# Short chains of one-digit terms with guesses in half the demonstrations: the reasoning
+# task at a size a quick run learns in seconds (tests/test_learning.py uses the same).
+QUICK_TASK = {"min_terms": 2, "max_terms": 3, "max_digits": 1,
+              "strategies": {"guess": 0.5, "plain": 0.25, "careful": 0.25}}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A budget for the whole set-up: the task's options, the base model's SFT and what
+    every RL arm shares, as dotted overrides on configs/rlvr/reasoning_sft.yaml and
+    configs/rlvr/reasoning.yaml; experiments add their own (steps, the compared setting)."""
+
+    name: str
+    task_options: dict[str, Any]
+    sft: tuple[str, ...]
+    rl: tuple[str, ...]
+    seeds: int                  # the default number of seeds
+
+    def task_overrides(self) -> list[str]:
+        return [f"task.options={json.dumps(self.task_options)}"] if self.task_options else []
+
+
+QUICK = Scale("quick", QUICK_TASK,
+              sft=("data.examples=4000", "steps=150", "batch_size=64", "warmup_steps=20",
+                   "compute_dtype=float32"),
+              rl=("rollout.prompts_per_step=8", "rollout.group_size=8",
+                  "rollout.max_new_tokens=64", "train.lr=3e-4", "train.warmup_steps=2",
+                  "eval.every=0", "checkpoint.keep=1"),
+              seeds=1)
+# The documented reasoning set-up (docs/reasoning.md) as it is: its SFT base (410 s on 2
+# cores) and its GRPO config; experiments set the steps.
+FULL = Scale("full", {}, sft=(), rl=("checkpoint.keep=1",), seeds=2)
+SCALES = {s.name: s for s in (QUICK, FULL)}
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where and at what budget one experiment runs."""
+
+    out: Path                   # the experiment's folder, OUT/NAME
+    scale: Scale
+    seeds: tuple[int, ...]
+    base: Path                  # the SFT base model every arm starts from
+    overwrite: bool = False     # retrain arms instead of reusing finished ones
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One setting an experiment trains, once per seed: a label and its overrides on
+    configs/rlvr/reasoning.yaml (beyond the scale's)."""
+
+    label: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainedArm:
+    arm: Arm
+    seed: int
+    run_dir: Path
+    final: Path
+    overrides: tuple[str, ...]  # everything set on configs/rlvr/reasoning.yaml (paths too)
+    recipe: tuple[str, ...]     # the same without the paths and the progress bar
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
+
+    def config(self):
+        """The arm's RLVRConfig, as it was trained."""
+        from ..rlvr.config import RLVRConfig
+
+        return load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(self.overrides))
+
+
+# Fields that change logging or speed only: a base built with other values is the same base.
+BASE_FREE_FIELDS = ("progress", "tensorboard", "threads", "logging.*", "run_dir", "out")
+
+
+def base_model(root: Path, scale: Scale, *, progress: bool = True) -> Path:
+    """The SFT base model of `root` (an experiments folder) at `scale`: built on first use
+    with the library's `sft`, reused afterwards (every experiment in `root` starts from
+    it); a base built with another config is an error, not a silent mismatch."""
+    from ..rlvr.config import SFTConfig
+    from ..rlvr.distill import sft
+
+    run_dir = root / "base"
+    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
+                      [*scale.sft, *scale.task_overrides(), f"out={run_dir / 'model'}",
+                       f"run_dir={run_dir}", f"progress={str(progress).lower()}"])
+    model = Path(cfg.out)
+    if (model / "config.json").is_file():
+        recorded = rundir.read_recorded_config(run_dir) or {}
+        changes = [c for c in rundir.config_changes(recorded, config_to_dict(cfg),
+                                                     BASE_FREE_FIELDS) if not c.free]
+        if changes:
+            raise RunDirError(f"the base model in {run_dir} was built with another config "
+                              f"({rundir.describe(changes)}); delete {run_dir} or pass another --out")
+        return model
+    return sft(cfg, overwrite=True)  # no model yet: what a killed build left is replaced
+
+
+def recipe(scale: Scale, arm: Arm, seed: int) -> tuple[str, ...]:
+    """What an arm sets on configs/rlvr/reasoning.yaml, besides its paths."""
+    return (*scale.task_overrides(), *scale.rl, *arm.overrides, f"train.seed={seed}")
+
+
+def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
+    """Train `arm` with `seed` through the library's loop (`rlvr.loop.train`). A finished
+    run with the same config is reused (the loop's resume finds nothing to do), a killed one
+    continues from its last checkpoint, one with another config is refused."""
+    from ..rlvr.config import RLVRConfig
+    from ..rlvr.loop import train
+
+    run_dir = ctx.out / "arms" / f"{arm.label}_s{seed}"
+    overrides = (f"model.path={ctx.base}", f"run_dir={run_dir}", *recipe(ctx.scale, arm, seed),
+                 f"progress={str(ctx.progress).lower()}")
+    cfg = load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(overrides))
+    if not cfg.checkpoint.every:
+        raise ValueError(f"arm {arm.label}: checkpoint.every must be > 0 so that a finished "
+                         "arm can be reused")
+    try:
+        final = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite)
+    except RunDirError as exc:  # the loop's words are about `rlvr train`'s flags
+        raise RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
+                          "--overwrite to retrain the arms, or another --out") from None
+    return TrainedArm(arm, seed, run_dir, final, overrides, recipe(ctx.scale, arm, seed))
+
+
+def train_arms(ctx: Context, arms: list[Arm],
+               on_arm: Callable[[TrainedArm], None] | None = None) -> dict[str, list[TrainedArm]]:
+    """Every arm with every seed; by label, in seed order."""
+    trained: dict[str, list[TrainedArm]] = {}
+    for seed in ctx.seeds:
+        for arm in arms:
+            done = train_arm(ctx, arm, seed)
+            trained.setdefault(arm.label, []).append(done)
+            if on_arm is not None:
+                on_arm(done)
+    return trained
+
+
+def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of a metric over a run, where it was logged as a number."""
+    kept = [r for r in rows if isinstance(r.get(key), int | float)]
+    return [r["step"] for r in kept], [float(r[key]) for r in kept]
+
+
+def mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    """A metric's mean over every step where it was logged."""
+    _, values = series(rows, key)
+    return sum(values) / len(values) if values else None

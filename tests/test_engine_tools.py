@@ -1,0 +1,238 @@
+"""Tool calls inside the continuous-batching engine: a request that closes a call is parked
+(its slot serves others), the result is inserted into its context (masked out of the loss),
+and it resumes drawing from exactly the distribution of an uninterrupted run over the same
+context; the loss never sees tool-written tokens."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rlscale.rlvr.logprobs import completion_logprobs
+from rlscale.rlvr.model import build_tiny_model
+from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
+from rlscale.rlvr.rollout.groups import rollout_from_completions
+from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
+from rlscale.rlvr.trainer import build_policy_batch
+
+PROMPTS = ["1+2=", "347+85=", "19*9=", "12+5=", "99*9=", "7-3="]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny", seed=1)
+    return model.eval(), tokenizer
+
+
+class EveryNthToken:
+    """A stand-in tool: a call is closed by the request's `after`-th generated token; the
+    result (`result`) comes back after `latency_s`, from another thread as a real tool's
+    would. At most `max_calls` per request."""
+
+    def __init__(self, result: list[int], after: int = 3, latency_s: float = 0.0,
+                 max_calls: int = 1) -> None:
+        self.result, self.after, self.latency_s, self.max_calls = result, after, latency_s, max_calls
+        self.calls: dict[int, int] = {}
+        self._done: list[tuple[int, list[int]]] = []
+        self._cv = threading.Condition()
+
+    def call_in(self, token_ids: list[int], made: int) -> str | None:
+        sampled = len(token_ids) - made * len(self.result)
+        if made < self.max_calls and sampled == self.after * (made + 1):
+            return f"call {made}"
+        return None
+
+    def start(self, request_id: int, call: str) -> None:
+        self.calls[request_id] = self.calls.get(request_id, 0) + 1
+
+        def finish():
+            with self._cv:
+                self._done.append((request_id, list(self.result)))
+                self._cv.notify_all()
+
+        threading.Timer(self.latency_s, finish).start()
+
+    def results(self, timeout: float) -> list[tuple[int, list[int]]]:
+        with self._cv:
+            if not self._done:
+                self._cv.wait(timeout)
+            done, self._done = self._done, []
+            return done
+
+
+def run_engine(lm, tools, sampling, *, slots=2, max_new=12, seed=0, prompts=PROMPTS):
+    model, tokenizer = lm
+    engine = ContinuousBatchingEngine(model, sampling, slots=slots,
+                                      eos_token_id=tokenizer.eos_token_id,
+                                      pad_token_id=tokenizer.pad_token_id, seed=seed, tools=tools)
+    ids = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    for i, prompt in enumerate(ids):
+        engine.add_request(GenerationRequest(i, prompt, max_new))
+    done = {c.request_id: c for c in engine.run()}
+    return engine, [done[i] for i in range(len(ids))]
+
+
+def result_ids(tokenizer, text="=42;"):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_a_parked_request_resumes_as_an_uninterrupted_run_with_the_result_inserted(lm):
+    model, tokenizer = lm
+    result = result_ids(tokenizer)
+    greedy = EngineSampling(temperature=0.0)
+    sampling = EngineSampling(temperature=1.0)
+    engine, with_tools = run_engine(lm, EveryNthToken(result, after=3, latency_s=0.01), greedy,
+                                    max_new=14)
+    assert engine.stats.tool_calls == engine.stats.resumes > 0
+    compared = 0
+    for c in with_tools:
+        if len(c) <= 3:
+            continue  # ended (EOS) before its call
+        assert c.token_ids[3:3 + len(result)] == result
+        assert c.tool_mask == [0] * 3 + [1] * len(result) + [0] * (len(c) - 3 - len(result))
+        assert c.logprobs[3:3 + len(result)] == [0.0] * len(result)
+        # The same context, uninterrupted: the prompt followed by everything up to the result.
+        prefix = tuple(c.prompt_ids) + tuple(c.token_ids[:3 + len(result)])
+        rest = len(c) - 3 - len(result)
+        if rest == 0:
+            continue
+        _, (plain,) = run_engine(lm, None, greedy, max_new=rest,
+                                 prompts=[tokenizer.decode(list(prefix))])
+        assert plain.token_ids == c.token_ids[3 + len(result):]
+        compared += 1
+    assert compared >= 3
+
+    # Sampled: every sampled token's log-prob is the model's over the full context (prompt,
+    # tokens, result) -- the distribution the resumed row really drew from.
+    _, sampled = run_engine(lm, EveryNthToken(result, after=2, max_calls=2), sampling,
+                            max_new=16, seed=3)
+    checked = 0
+    for c in sampled:
+        ids = torch.tensor([list(c.prompt_ids) + c.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids, use_cache=False).logits[0].float()
+        logp = logits[len(c.prompt_ids) - 1:-1].log_softmax(-1).gather(
+            -1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+        tool = torch.tensor(c.tool_mask or [0] * len(c), dtype=torch.bool)
+        torch.testing.assert_close(torch.tensor(c.logprobs)[~tool], logp[~tool],
+                                   atol=1e-4, rtol=1e-4)
+        checked += int(tool.any())
+    assert checked > 0
+
+
+def test_a_parked_slot_serves_other_requests(lm):
+    _, tokenizer = lm
+    tools = EveryNthToken(result_ids(tokenizer), after=2, latency_s=0.05)
+    engine, done = run_engine(lm, tools, EngineSampling(temperature=0.0), slots=2,
+                              max_new=10)
+    assert len(done) == len(PROMPTS) and not engine.parked
+    # While the first two requests waited on their calls, the queue's next ones ran in their
+    # slots: more prefills than requests (resumes), and nothing waited on an idle batch.
+    assert engine.stats.prefills == len(PROMPTS) + engine.stats.resumes
+
+
+def test_a_result_that_reaches_the_length_cap_ends_the_request(lm):
+    _, tokenizer = lm
+    long_result = result_ids(tokenizer, "=" + "9" * 20)
+    _, done = run_engine(lm, EveryNthToken(long_result, after=2), EngineSampling(0.0),
+                         max_new=8)
+    for c in done:
+        if len(c) > 2:
+            assert len(c) == 8 and c.finish_reason == "length" and c.tool_mask[2:] == [1] * 6
+
+
+def test_abort_drops_parked_requests_and_ignores_their_results(lm):
+    model, tokenizer = lm
+    tools = EveryNthToken(result_ids(tokenizer), after=1, latency_s=0.05)
+    engine = ContinuousBatchingEngine(model, EngineSampling(0.0), slots=4,
+                                      eos_token_id=tokenizer.eos_token_id,
+                                      pad_token_id=tokenizer.pad_token_id, tools=tools)
+    engine.add_request(GenerationRequest(7, tuple(tokenizer("1+2=")["input_ids"]), 10))
+    engine.step()
+    assert list(engine.parked) == [7]
+    assert engine.abort_all() == [7] and not engine.has_unfinished()
+    time.sleep(0.1)
+    assert engine.step() == [] and not engine.has_unfinished()
+
+
+def test_the_loss_never_sees_tool_written_tokens(lm):
+    """Hand-built batch: tool tokens stay in the context (later tokens attend to them) but
+    their content never reaches the loss through their own log-probs; with the result last
+    the gradient is unchanged by what the tool wrote."""
+    model, tokenizer = lm
+    prompt = tokenizer("12+5=", add_special_tokens=False)["input_ids"]
+
+    def grads(result_text: str, last: bool):
+        result = result_ids(tokenizer, result_text)
+        sampled = result_ids(tokenizer, "17;")
+        tokens = sampled + result if last else sampled[:1] + result + sampled[1:]
+        tool = [0] * len(sampled) + [1] * len(result) if last else \
+            [0] + [1] * len(result) + [0] * (len(sampled) - 1)
+        completion = torch.tensor([tokens])
+        mask = torch.ones_like(completion, dtype=torch.float32)
+        batch = build_policy_batch([prompt], completion, mask, torch.tensor([1.0]),
+                                   torch.zeros_like(mask), tokenizer.pad_token_id, 0,
+                                   tool_mask=torch.tensor([tool], dtype=torch.float32))
+        assert batch.attention_mask[0, -len(tokens):].tolist() == [1] * len(tokens)
+        assert batch.mask[0].tolist() == [1.0 - t for t in tool]
+        model.zero_grad()
+        logp, _ = completion_logprobs(model, batch)
+        loss = (logp * batch.mask).sum() / batch.mask.sum()
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None], logp, batch
+
+    a, _, _ = grads("=42;", last=True)
+    b, _, _ = grads("=97;", last=True)
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y)
+    # In the middle: the later sampled tokens are scored in the context of the result.
+    _, logp, batch = grads("=42;", last=False)
+    full = torch.tensor([prompt + batch.completion_ids[0].tolist()])
+    with torch.no_grad():
+        logits = model(input_ids=full, use_cache=False).logits[0].float()
+    expected = logits[len(prompt) - 1:-1].log_softmax(-1).gather(
+        -1, batch.completion_ids[0][:, None]).squeeze(-1)
+    keep = batch.mask[0] > 0
+    torch.testing.assert_close(logp[0][keep].detach(), expected[keep], atol=1e-4, rtol=1e-4)
+
+
+def test_completions_with_tool_tokens_become_a_rollout_with_a_tool_mask(lm):
+    _, tokenizer = lm
+    _, done = run_engine(lm, EveryNthToken(result_ids(tokenizer), after=2),
+                         EngineSampling(0.0), max_new=10)
+    rollout = rollout_from_completions(done, tokenizer.pad_token_id)
+    assert rollout.tool_mask is not None
+    for i, c in enumerate(done):
+        n = len(c)
+        assert rollout.tool_mask[i, :n].tolist() == [float(t) for t in (c.tool_mask or [0] * n)]
+    assert torch.equal(rollout.sampled_mask(), rollout.mask * (1 - rollout.tool_mask))
+
+
+def test_runner_tool_turns_find_a_closed_call_run_it_and_tokenize_the_result(lm):
+    from rlscale.rlvr.tool_turns import RunnerToolTurns
+    from rlscale.rlvr.tools import ToolsConfig
+
+    _, tokenizer = lm
+    turns = RunnerToolTurns.from_config(ToolsConfig(tools=["calculator"], max_tool_calls=1),
+                                        tokenizer)
+    try:
+        def ids(text):
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        assert turns.call_in(ids("12+5=17\n<c>432-9"), 0) is None  # not closed yet
+        call = turns.call_in(ids("12+5=17\n<c>432-96</c>"), 0)
+        assert call is not None and call.text == "432-96"
+        assert turns.call_in(ids("<c>1+1</c>"), 1) is None  # past max_tool_calls
+        turns.start(5, call)
+        got = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = turns.results(timeout=0.5)
+        assert got == [(5, ids("<r>336</r>"))]
+        m = turns.metrics()
+        assert m["tools/calls"] == 1 and m["tools/failed"] == 0 and m["tools/over_limit"] == 1
+    finally:
+        turns.close()
