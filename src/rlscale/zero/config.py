@@ -37,7 +37,24 @@ class NetworkConfig(StrictModel):
     # Warm start: a saved model folder (model.json), checkpoint or run directory whose weights
     # the run starts from instead of a random initialisation (a fresh optimizer and replay).
     # Same game and channels; blocks and value_channels may be larger (grown as by a stage).
+    # A model without the auxiliary heads below may start a network with them (fresh heads).
     init_from: str | None = None
+    # Global pooling (KataGo, Wu 2019): in every third residual block from the second (2, 5,
+    # 8, ...), a quarter of the first convolution's channels are pooled over the whole board
+    # (mean and max) and a linear layer turns them into per-channel biases of the rest, so
+    # every point sees a board-wide summary (who is ahead, where the fights are) at once.
+    # Needs blocks >= 2 and channels >= 4.
+    global_pooling: bool = False
+    # KataGo's auxiliary target, for games that know the final owner of each point (Go): a
+    # 1x1 convolution from the tower, tanh per point, predicting who owns each point at the
+    # end (+1 the player to move, -1 the opponent, 0 neither). Learnt from played-out games
+    # only (a resigned game has no final position); loss weight train.ownership_weight.
+    ownership_head: bool = False
+    # KataGo's auxiliary target, Go only: a linear output on the value head's hidden layer
+    # predicting the final score (area difference minus komi, the player to move's view)
+    # divided by the board's points. Learnt from played-out games only; loss weight
+    # train.score_weight.
+    score_head: bool = False
 
 
 class MCTSConfig(StrictModel):
@@ -143,6 +160,14 @@ class TrainConfig(StrictModel):
     weight_decay: float = 1e-4  # sgd: the L2 term; adamw: decoupled decay
     # Value target = (1 - m) * z + m * root search value (z is the game outcome).
     value_target_mix: float = pydantic.Field(0.0, ge=0.0, le=1.0)
+    # Weight of the ownership loss (network.ownership_head): the per-point cross-entropy
+    # between the final owner and the head, averaged over the board's points and over the
+    # played-out samples of a batch. 1.5 is KataGo's (1.5 / board area per point, summed).
+    ownership_weight: float = pydantic.Field(1.5, ge=0.0)
+    # Weight of the score loss (network.score_head): the squared error of the final score
+    # divided by the board's points, averaged over the played-out samples. Untuned; the
+    # scaled score's spread is about that of the value target.
+    score_weight: float = pydantic.Field(1.0, ge=0.0)
 
 
 class RuntimeConfig(StrictModel):
@@ -289,6 +314,20 @@ class ZeroConfig(StrictModel):
                 except ConfigError as err:
                     raise ValueError(f"stages.{start}: {err}") from None
         return ZeroConfig.model_validate(data)
+
+    @pydantic.model_validator(mode="after")
+    def _check_network_options(self) -> ZeroConfig:
+        from rlscale.zero.games import defines_ownership  # the registry, loaded on demand
+
+        net = self.network
+        if net.global_pooling and (net.blocks < 2 or net.channels < 4):
+            raise ValueError(f"network.global_pooling needs blocks >= 2 and channels >= 4 "
+                             f"(got {net.blocks} blocks of {net.channels} channels)")
+        for head in ("ownership_head", "score_head"):
+            if getattr(net, head) and not defines_ownership(self.game.name):
+                raise ValueError(f"network.{head}: game {self.game.name!r} has no final "
+                                 "ownership of points (only go has)")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _check_play_mcts(self) -> ZeroConfig:

@@ -1,10 +1,12 @@
 """The learner: distil the search into the network.
 
     loss = (v - z)^2  +  cross_entropy(mu, pi)  +  L2
+           [+ ownership_weight * ownership loss  +  score_weight * score loss]
 
 v, pi: the network's value and policy; z: the game outcome (optionally mixed with the
 search's root value), mu: the search policy. The L2 term is the optimiser's weight decay
-(coupled for SGD, as in AlphaZero; decoupled for AdamW).
+(coupled for SGD, as in AlphaZero; decoupled for AdamW). The bracketed terms are KataGo's
+auxiliary targets, for a network with those heads, over the samples of played-out games.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from rlscale.zero.config import TrainConfig
-from rlscale.zero.network import PolicyValueNet
+from rlscale.zero.network import NetOutput, PolicyValueNet
 from rlscale.zero.replay import Samples
 
 
@@ -30,6 +32,44 @@ def zero_losses(
     policy_loss = -(policy_target * log_pi).sum(-1).mean()
     entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
     return {"value_loss": value_loss, "policy_loss": policy_loss, "policy_entropy": entropy}
+
+
+def ownership_loss(logits: torch.Tensor, target: torch.Tensor,
+                   known: torch.Tensor) -> torch.Tensor:
+    """KataGo's ownership loss: per point, the cross-entropy between the final owner (target
+    t in {-1, 0, 1}: the player to move owns the point with probability (1 + t) / 2) and the
+    head's (1 + tanh(logit)) / 2 = sigmoid(2 logit); averaged over the points, then over the
+    samples with `known` final positions (0 when there are none)."""
+    per_point = F.binary_cross_entropy_with_logits(2 * logits, (1 + target) / 2,
+                                                   reduction="none")
+    return _known_mean(per_point.flatten(1).mean(1), known)
+
+
+def score_loss(predicted: torch.Tensor, target: torch.Tensor,
+               known: torch.Tensor) -> torch.Tensor:
+    """Squared error of the final score (both in score / board points), over `known`."""
+    return _known_mean((predicted - target) ** 2, known)
+
+
+def _known_mean(per_sample: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    known = known.to(per_sample.dtype)
+    return (per_sample * known).sum() / known.sum().clamp(min=1.0)
+
+
+def final_position_losses(out: NetOutput,
+                          batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The losses of the heads `out` has, against `batch`'s final-position fields (ownership
+    [B, H, W], score [B] in points, final_known [B]); the score is scaled by the board's
+    points."""
+    losses = {}
+    if out.ownership_logits is not None:
+        losses["ownership_loss"] = ownership_loss(
+            out.ownership_logits, batch["ownership"], batch["final_known"])
+    if out.score is not None:
+        points = batch["ownership"][0].numel()
+        losses["score_loss"] = score_loss(out.score, batch["score"] / points,
+                                          batch["final_known"])
+    return losses
 
 
 class Learner:
@@ -71,12 +111,23 @@ class Learner:
         self.net.train()
         mix = self.config.value_target_mix
         value_target = (1.0 - mix) * batch.outcome + mix * batch.root_value
-        logits, values = self.net(self._tensor(batch.planes))
+        out = self.net.outputs(self._tensor(batch.planes))
         losses = zero_losses(
-            logits, values, self._tensor(batch.policy),
+            out.logits, out.value, self._tensor(batch.policy),
             self._tensor(value_target.astype(np.float32)),
         )
         loss = losses["value_loss"] + losses["policy_loss"]
+        # A batch with no played-out game has no final-position loss (logged only when there).
+        if batch.final_known is not None and batch.final_known.any():
+            final = final_position_losses(out, {
+                "ownership": self._tensor(batch.ownership.astype(np.float32)),
+                "score": self._tensor(batch.score), "final_known": self._tensor(batch.final_known),
+            })
+            weights = {"ownership_loss": self.config.ownership_weight,
+                       "score_loss": self.config.score_weight}
+            for name, value in final.items():
+                loss = loss + weights[name] * value
+            losses.update(final)
         self.optimizer.zero_grad(set_to_none=True)
         if torch.isfinite(loss):  # a NaN/inf loss would poison the weights: skip the update
             loss.backward()

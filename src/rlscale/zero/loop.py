@@ -56,7 +56,7 @@ from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightPublisher, WeightStore, staleness
 from rlscale.zero.actors import FleetSelfPlay
 from rlscale.zero.agent import model_folder
-from rlscale.zero.config import RESUME_FREE_FIELDS, ZeroConfig, thread_check
+from rlscale.zero.config import RESUME_FREE_FIELDS, NetworkConfig, ZeroConfig, thread_check
 from rlscale.zero.games import make_game
 from rlscale.zero.games.base import Game
 from rlscale.zero.learner import Learner
@@ -128,6 +128,7 @@ class ZeroRun:
         self.replay = ReplayWindow(
             cfg.replay.capacity, self.game.plane_shape, self.game.num_actions,
             cfg.replay.window_start, cfg.replay.window_growth,
+            final_targets=self.learner.net.learns_final_position,
         )
         self.counters = Counters()
         self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
@@ -265,7 +266,7 @@ class ZeroRun:
         net, _ = load_network(path, self.game.name, self.cfg.game.kwargs)
         grown = net.arch != self.learner.net.arch
         if grown:  # a stage grew the network: same function, more capacity
-            net = grow_network(net, self.cfg.network.blocks, self.cfg.network.value_channels)
+            net = _grown(net, self.cfg.network)
             if net.arch != self.learner.net.arch:
                 raise ValueError(f"checkpoint {path} holds a {net.arch} network, the config "
                                  f"asks for {self.learner.net.arch}")
@@ -318,14 +319,22 @@ def initial_network(cfg: ZeroConfig, game: Game) -> PolicyValueNet:
     except (FileNotFoundError, ValueError) as err:
         raise type(err)(f"network.init_from: {err}") from None
     grows = all(fresh.arch[k] >= net.arch[k] for k in ("blocks", "value_channels"))
-    same = all(fresh.arch[k] == net.arch[k] for k in ("channels", "value_hidden"))
+    same = all(fresh.arch.get(k) == net.arch.get(k)
+               for k in ("channels", "value_hidden", "global_pooling"))
     if not (grows and same):
         raise ValueError(f"network.init_from: {folder} holds a {net.arch} network, the config "
-                         f"asks for {fresh.arch} (only blocks and value_channels may grow)")
+                         f"asks for {fresh.arch} (only blocks and value_channels may grow, "
+                         "and heads be added)")
     if net.arch != fresh.arch:
-        net = grow_network(net, cfg.network.blocks, cfg.network.value_channels)
+        net = _grown(net, cfg.network)
     net.train()
     return net
+
+
+def _grown(net: PolicyValueNet, cfg: NetworkConfig) -> PolicyValueNet:
+    """`net` grown to the sizes and auxiliary heads of `cfg` (network.grow_network)."""
+    return grow_network(net, cfg.blocks, cfg.value_channels,
+                        ownership_head=cfg.ownership_head, score_head=cfg.score_head)
 
 
 def _nonfinite(losses: list[dict[str, float]], net: torch.nn.Module) -> list[str]:
@@ -364,6 +373,11 @@ def _lens_metrics(
     if losses:
         m["bias_variance/policy_loss"] = float(np.mean([x["policy_loss"] for x in losses]))
     m["bias_variance/search_prior_kl"] = play.kl_sum / max(len(samples), 1)
+    # KataGo's auxiliary targets, over the batches that had a played-out game
+    for key, name in (("ownership_loss", "loss/ownership"), ("score_loss", "loss/score")):
+        values = [x[key] for x in losses if key in x]
+        if values:
+            m[name] = float(np.mean(values))
     # moving distribution: the policy's entropy and the games it plays
     if losses:
         m["moving/policy_entropy"] = float(np.mean([x["policy_entropy"] for x in losses]))

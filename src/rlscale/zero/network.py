@@ -4,6 +4,12 @@
         -> policy head: conv1x1 (2) -> BN -> ReLU -> linear -> logits [B, num_actions]
         -> value head:  conv1x1 (1) -> BN -> ReLU -> linear (hidden) -> ReLU -> linear -> tanh
 
+KataGo's options (Wu 2019), each off by default (a network without them is the one above):
+global pooling in every third block from the second (`GlobalPoolingBlock`); an ownership head
+(conv1x1 from the tower, tanh per point: who owns each point at the end of the game); a score
+head (linear on the value head's hidden layer: the final score / the board's points). The
+heads are auxiliary targets for training (`outputs`); the search's `evaluate` ignores them.
+
 A saved network is a folder with `model.safetensors` (the weights) and `model.json` (the
 game, its keyword arguments such as the Go board size, and the architecture), so a model can
 be loaded with no code beyond this file and refuses to load for the wrong game.
@@ -47,6 +53,52 @@ class ResidualBlock(nn.Module):
         return F.relu(x + y)
 
 
+class GlobalPoolingBlock(nn.Module):
+    """A residual block with KataGo's global pooling bias: `pooled` of the first convolution's
+    output channels are pooled over the board (mean and max) and a linear layer turns them
+    into a bias for each of the other channels, so every point sees a board-wide summary.
+    The block ends like `ResidualBlock` (conv2, bn2, skip), so it grows the same way."""
+
+    def __init__(self, channels: int, pooled: int) -> None:
+        super().__init__()
+        self.regular = channels - pooled
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn_pool = nn.BatchNorm2d(pooled)
+        self.pool_bias = nn.Linear(2 * pooled, self.regular)
+        self.bn1 = nn.BatchNorm2d(self.regular)
+        self.conv2 = nn.Conv2d(self.regular, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv1(x)
+        regular, pooled = y[:, : self.regular], F.relu(self.bn_pool(y[:, self.regular :]))
+        summary = torch.cat([pooled.mean((2, 3)), pooled.amax((2, 3))], dim=1)
+        y = F.relu(self.bn1(regular + self.pool_bias(summary)[:, :, None, None]))
+        y = self.bn2(self.conv2(y))
+        return F.relu(x + y)
+
+
+def is_pooling_block(index: int) -> bool:
+    """Whether residual block `index` (0-based) pools globally: the 2nd, 5th, 8th, ..."""
+    return index % 3 == 1
+
+
+@dataclass(frozen=True)
+class NetOutput:
+    """Every head's output for a batch (what the learner trains)."""
+
+    logits: torch.Tensor  # [B, A] policy logits
+    value: torch.Tensor  # [B] in [-1, 1], the player to move's view
+    # [B, H, W] with an ownership head: tanh of it is the predicted final owner of each point
+    # (+1 the player to move), sigmoid(2 x it) the probability that they own it
+    ownership_logits: torch.Tensor | None = None
+    score: torch.Tensor | None = None  # [B] with a score head: final score / board points
+
+
+# The optional parts of a network, in `arch` (and model.json) only when present.
+OPTIONS = ("global_pooling", "ownership_head", "score_head")
+
+
 class PolicyValueNet(nn.Module):
     def __init__(
         self,
@@ -56,6 +108,9 @@ class PolicyValueNet(nn.Module):
         channels: int = 64,
         value_hidden: int = 64,
         value_channels: int = 1,
+        global_pooling: bool = False,
+        ownership_head: bool = False,
+        score_head: bool = False,
     ) -> None:
         super().__init__()
         planes, height, width = plane_shape
@@ -66,12 +121,20 @@ class PolicyValueNet(nn.Module):
         self.num_actions = num_actions
         self.arch = {"blocks": blocks, "channels": channels, "value_hidden": value_hidden,
                      "value_channels": value_channels}
+        # Options only when on: a network without them describes (and compares) itself as
+        # before they existed.
+        self.arch.update({name: True for name, on in zip(
+            OPTIONS, (global_pooling, ownership_head, score_head), strict=True) if on})
         self.stem = nn.Sequential(
             nn.Conv2d(planes, channels, 3, padding=1, bias=False),
             nn.BatchNorm2d(channels),
             nn.ReLU(),
         )
-        self.tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
+        self.tower = nn.Sequential(*[
+            GlobalPoolingBlock(channels, channels // 4)
+            if global_pooling and is_pooling_block(i) else ResidualBlock(channels)
+            for i in range(blocks)
+        ])
         self.policy_head = nn.Sequential(
             nn.Conv2d(channels, 2, 1, bias=False),
             nn.BatchNorm2d(2),
@@ -88,11 +151,22 @@ class PolicyValueNet(nn.Module):
             nn.ReLU(),
             nn.Linear(value_hidden, 1),
         )
+        self.ownership_head = nn.Conv2d(channels, 1, 1) if ownership_head else None
+        self.score_head = nn.Linear(value_hidden, 1) if score_head else None
 
     def forward(self, planes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(policy logits [B, A], value [B] in [-1, 1] from the view of the player to move)."""
         x = self.tower(self.stem(planes))
         return self.policy_head(x), torch.tanh(self.value_head(x)).squeeze(-1)
+
+    def outputs(self, planes: torch.Tensor) -> NetOutput:
+        """Every head's output; policy and value as `forward` computes them."""
+        x = self.tower(self.stem(planes))
+        hidden = self.value_head[:-1](x)  # the value head up to its last layer
+        value = torch.tanh(self.value_head[-1](hidden)).squeeze(-1)
+        ownership = None if self.ownership_head is None else self.ownership_head(x).squeeze(1)
+        score = None if self.score_head is None else self.score_head(hidden).squeeze(-1)
+        return NetOutput(self.policy_head(x), value, ownership, score)
 
     @torch.inference_mode()
     def evaluate(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -119,6 +193,11 @@ class PolicyValueNet(nn.Module):
         """Where the weights live (the stem's first convolution stands for all of them)."""
         return self.stem[0].weight.device
 
+    @property
+    def learns_final_position(self) -> bool:
+        """Whether it has a head for the game's final position (ownership or score)."""
+        return "ownership_head" in self.arch or "score_head" in self.arch
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -127,31 +206,41 @@ def network_for(game: Game, cfg: NetworkConfig, compute_dtype: str = "float32") 
     """A freshly initialised network for `game` with the sizes of a config's `network`,
     evaluating in `compute_dtype` (a resolved one: float32 or bfloat16)."""
     net = PolicyValueNet(game.plane_shape, game.num_actions, cfg.blocks, cfg.channels,
-                         cfg.value_hidden, cfg.value_channels)
+                         cfg.value_hidden, cfg.value_channels, cfg.global_pooling,
+                         cfg.ownership_head, cfg.score_head)
     net.compute_dtype = compute_dtype
     return net
 
 
-def grow_network(net: PolicyValueNet, blocks: int, value_channels: int) -> PolicyValueNet:
+def grow_network(net: PolicyValueNet, blocks: int, value_channels: int, *,
+                 ownership_head: bool | None = None,
+                 score_head: bool | None = None) -> PolicyValueNet:
     """A bigger network that computes exactly the same function as `net` (Net2Net-style), to
     go on training with more capacity without starting over.
 
     New residual blocks go after the old ones with their last BatchNorm's scale and shift at
     zero, so each starts as the identity (its input is already non-negative, after a ReLU).
     New value-head planes get zero weights in the layer they feed. Both train from there:
-    the zeroed parameters still receive gradients."""
+    the zeroed parameters still receive gradients. `ownership_head`, `score_head`: add (True)
+    or drop (False) an auxiliary head (None: as `net`); an added head starts fresh and changes
+    neither policy nor value."""
     arch = net.arch
     if blocks < arch["blocks"] or value_channels < arch["value_channels"]:
         raise ValueError(
             f"a network can only grow: {arch['blocks']} -> {blocks} blocks, "
             f"{arch['value_channels']} -> {value_channels} value planes"
         )
-    grown = PolicyValueNet(net.plane_shape, net.num_actions, blocks, arch["channels"],
-                           arch["value_hidden"], value_channels)
+    grown = PolicyValueNet(
+        net.plane_shape, net.num_actions, blocks, arch["channels"], arch["value_hidden"],
+        value_channels, "global_pooling" in arch,
+        "ownership_head" in arch if ownership_head is None else ownership_head,
+        "score_head" in arch if score_head is None else score_head,
+    )
     old, new = net.state_dict(), grown.state_dict()
     with torch.no_grad():
         for key, value in old.items():
-            if not key.startswith(("value_head.0.", "value_head.1.", "value_head.4.")):
+            if key in new and not key.startswith(
+                    ("value_head.0.", "value_head.1.", "value_head.4.")):
                 new[key].copy_(value)
         for i in range(arch["blocks"], blocks):
             new[f"tower.{i}.bn2.weight"].zero_()
@@ -182,6 +271,10 @@ class ModelMeta:
     channels: int
     value_hidden: int = 64
     value_channels: int = 1  # 1x1 conv planes feeding the value head's hidden layer
+    # KataGo's options (network.OPTIONS), written only when on
+    global_pooling: bool = False
+    ownership_head: bool = False
+    score_head: bool = False
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the search settings used
 
@@ -213,11 +306,13 @@ def save_network(
         channels=net.arch["channels"],
         value_hidden=net.arch["value_hidden"],
         value_channels=net.arch["value_channels"],
+        **{name: True for name in OPTIONS if name in net.arch},
         extra=dict(extra or {}),
     )
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     save_file(tensors, str(path / WEIGHTS_FILE))
-    (path / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
+    written = {k: v for k, v in asdict(meta).items() if k not in OPTIONS or v}
+    (path / META_FILE).write_text(json.dumps(written, indent=2) + "\n")
 
 
 def read_meta(path: str | Path) -> ModelMeta:
@@ -245,7 +340,7 @@ def load_network(
             )
     net = PolicyValueNet(
         tuple(meta.plane_shape), meta.num_actions, meta.blocks, meta.channels, meta.value_hidden,
-        meta.value_channels,
+        meta.value_channels, meta.global_pooling, meta.ownership_head, meta.score_head,
     )
     net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
     net.to(device).eval()

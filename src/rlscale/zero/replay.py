@@ -3,6 +3,11 @@
 Each sample is (planes, search policy mu, outcome z, root value, policy_version): z and the
 root value are from the view of the player to move in that position; policy_version is the
 version of the weights whose search produced mu, so the learner can measure staleness.
+
+With KataGo's auxiliary targets on (a network with an ownership or score head, Go only) each
+sample also carries its game's final position: the owner of every point and the score, from
+the view of the player to move, and whether they are known (not in a resigned game). A board
+symmetry moves the ownership plane with the input planes.
 """
 
 from __future__ import annotations
@@ -24,13 +29,25 @@ class Samples:
     outcome: np.ndarray  # [n] float32, z in {-1, 0, 1} from the view of the player to move
     root_value: np.ndarray  # [n] float32, the search's value of the position (same view)
     policy_version: np.ndarray  # [n] int64
+    # The final position's targets (FINAL_FIELDS; all None unless the actor records them):
+    ownership: np.ndarray | None = None  # [n, H, W] int8: +1 the player to move owns the point
+    score: np.ndarray | None = None  # [n] float32: final area difference - komi, same view
+    final_known: np.ndarray | None = None  # [n] bool: False in a resigned game
 
     def __len__(self) -> int:
         return len(self.outcome)
 
+    def fields(self) -> tuple[str, ...]:
+        """The names of the fields it holds."""
+        return _FIELDS + (FINAL_FIELDS if self.final_known is not None else ())
+
+    def rows(self, index: np.ndarray | slice) -> Samples:
+        return Samples(**{f: getattr(self, f)[index] for f in self.fields()})
+
     @staticmethod
     def concat(parts: list[Samples]) -> Samples:
-        return Samples(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
+        return Samples(**{f: np.concatenate([getattr(p, f) for p in parts])
+                          for f in parts[0].fields()})
 
     @staticmethod
     def empty(plane_shape: tuple[int, ...], num_actions: int) -> Samples:
@@ -40,6 +57,7 @@ class Samples:
 
 
 _FIELDS = ("planes", "policy", "outcome", "root_value", "policy_version")
+FINAL_FIELDS = ("ownership", "score", "final_known")
 
 
 class ReplayWindow:
@@ -48,6 +66,9 @@ class ReplayWindow:
     With `window_start` set, the window starts short and grows by `window_growth` slots per
     added sample (up to capacity): early samples come from a nearly random network and
     should leave the window quickly, later ones stay useful for longer (as in KataGo).
+
+    With `final_targets` it keeps the final-position fields too (a sample added without them
+    counts as from a resigned game); without, it drops them.
     """
 
     def __init__(
@@ -57,6 +78,7 @@ class ReplayWindow:
         num_actions: int,
         window_start: int | None = None,
         window_growth: float = 0.5,
+        final_targets: bool = False,
     ) -> None:
         self.capacity = capacity
         self.window_start = window_start
@@ -66,6 +88,12 @@ class ReplayWindow:
         self.outcome = np.zeros(capacity, np.float32)
         self.root_value = np.zeros(capacity, np.float32)
         self.policy_version = np.zeros(capacity, np.int64)
+        self.fields = _FIELDS
+        if final_targets:
+            self.fields = _FIELDS + FINAL_FIELDS
+            self.ownership = np.zeros((capacity, *plane_shape[1:]), np.int8)
+            self.score = np.zeros(capacity, np.float32)
+            self.final_known = np.zeros(capacity, bool)
         self.total_added = 0  # ever; the next write goes to total_added % capacity
 
     def __len__(self) -> int:
@@ -84,12 +112,13 @@ class ReplayWindow:
         if n == 0:
             return
         if n > self.capacity:  # only the newest fit
-            samples = Samples(*(getattr(samples, f)[-self.capacity :] for f in _FIELDS))
+            samples = samples.rows(slice(-self.capacity, None))
             self.total_added += n - self.capacity
             n = self.capacity
         idx = (self.total_added + np.arange(n)) % self.capacity
-        for f in _FIELDS:
-            getattr(self, f)[idx] = getattr(samples, f)
+        for f in self.fields:
+            value = getattr(samples, f)
+            getattr(self, f)[idx] = 0 if value is None else value
         self.total_added += n
 
     def newest_indices(self, count: int) -> np.ndarray:
@@ -99,20 +128,26 @@ class ReplayWindow:
         self, batch_size: int, rng: np.random.Generator, game: Game | None = None
     ) -> Samples:
         """Uniform over the window; with `game`, each position gets one of its symmetries at
-        random (planes and policy transformed together)."""
+        random (planes, policy and the ownership plane transformed together)."""
         window = self.window()
         if window == 0:
             raise ValueError("cannot sample from an empty replay window")
         idx = self.newest_indices(window)[rng.integers(window, size=batch_size)]
-        planes, policy = self.planes[idx].copy(), self.policy[idx].copy()
+        batch = {f: getattr(self, f)[idx] for f in self.fields}  # fancy indexing: copies
         if game is not None:
+            planes, policy = batch["planes"], batch["policy"]
+            ownership = batch.get("ownership")
             for i in range(batch_size):
-                variants = game.symmetries(planes[i], policy[i])
-                planes[i], policy[i] = variants[rng.integers(len(variants))]
-        return Samples(
-            planes, policy, self.outcome[idx].copy(), self.root_value[idx].copy(),
-            self.policy_version[idx].copy(),
-        )
+                # the ownership plane rides along as one more input plane
+                board = planes[i] if ownership is None else np.concatenate(
+                    [planes[i], ownership[i][None]])
+                variants = game.symmetries(board, policy[i])
+                board, policy[i] = variants[rng.integers(len(variants))]
+                if ownership is None:
+                    planes[i] = board
+                else:
+                    planes[i], ownership[i] = board[:-1], board[-1]
+        return Samples(**batch)
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -121,13 +156,13 @@ class ReplayWindow:
         np.savez_compressed(
             path,
             total_added=np.int64(self.total_added),
-            **{f: getattr(self, f)[order] for f in _FIELDS},
+            **{f: getattr(self, f)[order] for f in self.fields},
         )
 
     def load(self, path: str | Path) -> None:
         with np.load(path) as data:
             total_added = int(data["total_added"])
-            stored = Samples(*(data[f] for f in _FIELDS))
+            stored = Samples(**{f: data[f] for f in _FIELDS + FINAL_FIELDS if f in data})
         self.total_added = total_added - len(stored)
         self.add(stored)
         assert self.total_added == total_added

@@ -101,6 +101,20 @@ def policy_kl(target: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return np.where(target > 0, target * (np.log(t) - np.log(np.maximum(prior, 1e-12))), 0.0).sum(-1)
 
 
+def final_targets(game: Game, final: Any, players: np.ndarray) -> dict[str, np.ndarray]:
+    """The final-position fields of a game's samples (replay.FINAL_FIELDS), each from the view
+    of the player to move at the sample (`players` [n]): who owns each point at the end and
+    the score. `final` None (a resigned game): unknown, zeros."""
+    n = len(players)
+    if final is None:
+        return {"ownership": np.zeros((n, *game.plane_shape[1:]), np.int8),
+                "score": np.zeros(n, np.float32), "final_known": np.zeros(n, bool)}
+    sign = np.where(players == 0, 1, -1)
+    return {"ownership": (sign[:, None, None] * game.ownership(final)).astype(np.int8),
+            "score": (sign * game.score(final)).astype(np.float32),
+            "final_known": np.ones(n, bool)}
+
+
 def game_samples(games: list[FinishedGame], game: Game) -> Samples:
     """The samples of `games`, in order, as one batch."""
     parts = [g.samples for g in games if len(g.samples)]
@@ -124,6 +138,8 @@ class Actor:
         self.version = -1
         self.resign_threshold = selfplay.resign_threshold  # the loop may tune it between calls
         self.next_game = first_game  # the sequence number of the next game started
+        # A network with an ownership or score head learns from the final position (Go).
+        self.records_final = net.learns_final_position
         n = selfplay.concurrent_games
         self.forest = Forest(game, n, capacity=2 * mcts.simulations + 2)
         self.slots = [self._new_game(i) for i in range(n)]
@@ -212,7 +228,7 @@ class Actor:
                 slot.checks.append((slot.ply, player, value))
             if threshold is not None and slot.ply >= cfg.resign_min_moves and value < threshold:
                 if slot.may_resign:
-                    finished.append(self._finish(i, -1.0 if player == 0 else 1.0, True))
+                    finished.append(self._finish(i, -1.0 if player == 0 else 1.0, None))
                     continue
                 if slot.would_resign is None:
                     slot.would_resign = player
@@ -220,12 +236,13 @@ class Actor:
             slot.moves.append(int(result.chosen[i]))
             slot.ply += 1
             if game.is_terminal(state):
-                finished.append(self._finish(i, game.outcome(state), False))
+                finished.append(self._finish(i, game.outcome(state), state))
         for done in finished:
             stats.record(done)
         return finished
 
-    def _finish(self, i: int, outcome: float, resigned: bool) -> FinishedGame:
+    def _finish(self, i: int, outcome: float, final: Any) -> FinishedGame:
+        """Hand over game `i`, ended in the position `final` (None: resigned)."""
         slot = self.slots[i]
         if slot.planes:
             players = np.array(slot.player)
@@ -235,11 +252,12 @@ class Actor:
                 outcome=np.where(players == 0, outcome, -outcome).astype(np.float32),
                 root_value=np.array(slot.root_value, np.float32),
                 policy_version=np.array(slot.version, np.int64),
+                **(final_targets(self.game, final, players) if self.records_final else {}),
             )
         else:
             samples = Samples.empty(self.game.plane_shape, self.game.num_actions)
         done = FinishedGame(
-            slot.game, samples, outcome, slot.ply, tuple(slot.moves), resigned,
+            slot.game, samples, outcome, slot.ply, tuple(slot.moves), final is None,
             slot.would_resign,
             PlayedOut.from_checks(slot.checks, outcome) if slot.checks is not None else None)
         self.slots[i] = self._new_game(i)

@@ -64,4 +64,10 @@ def make_game(name: str, **kwargs) -> Game:
     return cls(**kwargs)
 
 
-__all__ = ["GAMES", "Game", "IllegalMove", "make_game"]
+def defines_ownership(name: str) -> bool:
+    """Whether the game registered as `name` knows who owns each point at the end (a method
+    `ownership(state)`, as Go's): what KataGo's ownership and score targets need."""
+    return name in GAMES and callable(getattr(GAMES[name](), "ownership", None))
+
+
+__all__ = ["GAMES", "Game", "IllegalMove", "defines_ownership", "make_game"]

@@ -186,26 +186,32 @@ def _legal(board, nbr, zobrist, color, pos_hash, seen):
 
 
 @njit(cache=True)
-def _area(board, nbr):
-    """(black, white) Tromp-Taylor area."""
+def _ownership(board, nbr):
+    """Tromp-Taylor owner of every point, int8 [n]: 1 black, -1 white, 0 neither (an empty
+    region reaching both colours, or none)."""
     n = board.shape[0]
-    black = 0
-    white = 0
+    owner = np.zeros(n, np.int8)
     visited = np.zeros(n, np.int32)
     members = np.empty(n, np.int32)
     for p in range(n):
         v = board[p]
         if v == 1:
-            black += 1
+            owner[p] = 1
         elif v == 2:
-            white += 1
+            owner[p] = -1
         elif visited[p] == 0:
             size, _, reach = _flood(board, nbr, p, visited, 1, members, False)
-            if reach == 1:
-                black += size
-            elif reach == 2:
-                white += size
-    return black, white
+            if reach == 1 or reach == 2:
+                for i in range(size):
+                    owner[members[i]] = 1 if reach == 1 else -1
+    return owner
+
+
+@njit(cache=True)
+def _area(board, nbr):
+    """(black, white) Tromp-Taylor area."""
+    owner = _ownership(board, nbr)
+    return np.sum(owner == 1), np.sum(owner == -1)
 
 
 # --------------------------------------------------------------------------- tables
@@ -435,6 +441,13 @@ class Go:
         """Tromp-Taylor (black, white) area."""
         black, white = _area(state.board, self._nbr)
         return int(black), int(white)
+
+    def ownership(self, state: GoState) -> np.ndarray:
+        """Tromp-Taylor owner of every point as int8 [N, N]: +1 black (a black stone, or an
+        empty point reaching only black stones), -1 white, 0 neither. Black's area is the
+        count of +1, white's of -1 (`area`); at the end of a game it is KataGo's ownership
+        target."""
+        return _ownership(state.board, self._nbr).reshape(self.size, self.size)
 
     def score(self, state: GoState) -> float:
         """Black's area minus white's, minus komi (positive: black wins)."""
