@@ -70,6 +70,14 @@ def test_the_cli_trains_with_tools_from_a_config(tool_base, tmp_path):
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all("tools/calls_per_rollout" in r for r in rows)
+    # Evaluation with the config's tools: the model calls the calculator there too.
+    result = CliRunner().invoke(app, [
+        "rlvr", "eval", "--model", str(tool_base), "--config",
+        str(CONFIGS / "reasoning_tools.yaml"), "--prompts", "8", "--max-new-tokens", "48",
+        "--json"])
+    assert result.exit_code == 0, result.output
+    details = json.loads(result.output.strip().splitlines()[-1])
+    assert details["tools/calls_per_rollout"] > 0 and details["behaviour/tool_steps"] > 0
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -133,7 +134,8 @@ def eval_command(
     model: Annotated[Path, typer.Option(help="local HF model folder")],
     task: Annotated[str | None, typer.Option(help="task name, e.g. arithmetic")] = None,
     config: Annotated[Path | None, typer.Option(
-        help="a train config: its task (name, options), prompt format and max_new_tokens")] = None,
+        help="a train config: its task (name, options), prompt format, max_new_tokens and "
+        "rollout.tools")] = None,
     split: Annotated[str, typer.Option(
         help="test (held out by hash), train, or ood (arithmetic: one digit more than "
              "training; countdown: one number more; long_arithmetic: a term with the digit 7, "
@@ -165,6 +167,7 @@ def eval_command(
         if (task is None) == (config is None):
             raise ValueError("give --task NAME or --config CONFIG (a train config), not both")
         use_chat, system_prompt, new_tokens = chat_template, None, max_new_tokens or 8
+        tools_cfg = None
         if config is not None:
             from .config import load_config
             from .rlvr.config import RLVRConfig
@@ -174,6 +177,7 @@ def eval_command(
             system_prompt = cfg.model.system_prompt
             new_tokens = max_new_tokens or cfg.rollout.max_new_tokens
             task_obj = make_task(cfg.task.name, **cfg.task.options)
+            tools_cfg = cfg.rollout.tools if cfg.rollout.tools.tools else None
         check_eval_arguments(prompts=prompts, samples=n, ks=ks, max_new_tokens=new_tokens,
                              temperature=temperature, top_p=top_p)
         if config is None:
@@ -181,9 +185,17 @@ def eval_command(
         task_obj.sample(split, Random(seed))  # a split the task lacks fails before the model loads
         plot_path = _png_path(plot, "pass_at_k.png") if plot is not None else None
         lm, tokenizer = load_model(model)
-        result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
-                          samples=n, ks=ks, max_new_tokens=new_tokens, temperature=temperature,
-                          top_p=top_p, chat_template=use_chat, system_prompt=system_prompt)
+        with contextlib.ExitStack() as stack:  # the config's tools, if it lists any
+            tools = None
+            if tools_cfg is not None:
+                from .rlvr.tool_turns import RunnerToolTurns
+
+                tools = RunnerToolTurns.from_config(tools_cfg, tokenizer)
+                stack.callback(tools.close)
+            result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
+                              samples=n, ks=ks, max_new_tokens=new_tokens,
+                              temperature=temperature, top_p=top_p, chat_template=use_chat,
+                              system_prompt=system_prompt, tools=tools)
         if plot is not None:
             from .rlvr.plots import plot_pass_at_k
 

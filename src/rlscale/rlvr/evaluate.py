@@ -10,9 +10,12 @@ import torch
 
 from .model import PromptFormatter
 from .rewards import VerifierPool, score_completions
+from .rollout.engine import generate_with_tools
+from .rollout.groups import rollout_from_completions
 from .rollout.sampler import SamplingParams, decode_completions, generate
+from .rollout.types import EngineSampling, ToolTurns
 from .tasks import Example, Task, examples
-from .trace_stats import behaviour_means, by_difficulty, length_by_outcome
+from .trace_stats import behaviour_means, by_difficulty, length_by_outcome, mean_by_difficulty
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -70,9 +73,11 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
              max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
              chat_template: bool = False, system_prompt: str | None = None,
              batch_size: int = 512,
-             verifiers: VerifierPool | None = None) -> EvalResult:
+             verifiers: VerifierPool | None = None,
+             tools: ToolTurns | None = None) -> EvalResult:
     """`verifiers`: the run's pool for `task` (its workers, deadline and memory limit);
-    without one, completions are scored in the shared one-worker pool."""
+    without one, completions are scored in the shared one-worker pool. `tools`: the model
+    may call them while it generates (rollout.tools); the details then say how often."""
     check_eval_arguments(prompts=prompts, samples=samples, ks=ks, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p)
     if max(ks) > samples:
@@ -87,11 +92,20 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     rewards: list[float] = []
     lengths: list[int] = []
     texts: list[str] = []
+    calls: list[int] = []
     for lo in range(0, len(expanded), batch_size):
         chunk = expanded[lo: lo + batch_size]
         ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in chunk]
-        rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=tokenizer.pad_token_id, generator=generator)
+        if tools is None:
+            rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
+                               pad_token_id=tokenizer.pad_token_id, generator=generator)
+        else:
+            completions, _ = generate_with_tools(
+                model, ids, EngineSampling(temperature, top_p), max_new_tokens, tools,
+                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                seed=seed * 1_000_003 + lo)
+            rollout = rollout_from_completions(completions, tokenizer.pad_token_id)
+            calls.extend(rollout.tool_calls().tolist())
         chunk_texts = decode_completions(tokenizer, rollout)
         scored = (verifiers.score(chunk_texts, chunk) if verifiers is not None
                   else score_completions(task, chunk_texts, chunk))
@@ -104,6 +118,9 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     right = [r > 0.5 for r in rewards]
     details = {**length_by_outcome(lengths, right), **behaviour_means(task, texts, expanded),
                **by_difficulty(task, expanded, lengths, right)}
+    if tools is not None:
+        details["tools/calls_per_rollout"] = sum(calls) / max(len(calls), 1)
+        details.update(mean_by_difficulty(task, expanded, calls, "tool_calls"))
     return EvalResult(pass_at=pass_at, n=len(items), samples=samples,
                       mean_length=sum(lengths) / max(len(expanded), 1),
                       seconds=time.perf_counter() - start, per_prompt_correct=correct,

@@ -315,8 +315,11 @@ class RLVRRun:
                           prompts=e.prompts, samples=e.samples, ks=(1,),
                           max_new_tokens=self.cfg.rollout.max_new_tokens,
                           temperature=e.temperature, chat_template=self.cfg.model.chat_template,
-                          system_prompt=self.cfg.model.system_prompt)
-        return {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
+                          system_prompt=self.cfg.model.system_prompt, tools=self.tools)
+        out = {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
+        if "tools/calls_per_rollout" in result.details:
+            out["eval/tool_calls_per_rollout"] = result.details["tools/calls_per_rollout"]
+        return out
 
     def run_eval(self) -> dict[str, float]:
         self.last_eval = self._evaluate(self.model)

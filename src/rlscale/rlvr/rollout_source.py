@@ -26,7 +26,7 @@ import torch
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
-from .rollout.engine import ContinuousBatchingEngine
+from .rollout.engine import generate_with_tools
 from .rollout.groups import (
     RolloutGroup,
     concat_groups,
@@ -35,7 +35,7 @@ from .rollout.groups import (
     step_seed,
 )
 from .rollout.sampler import Rollout, SamplingParams, decode_completions, generate
-from .rollout.types import EngineSampling, GenerationRequest
+from .rollout.types import EngineSampling
 from .tasks import Task
 from .tool_turns import RunnerToolTurns
 
@@ -91,11 +91,12 @@ class InProcessRollouts:
         cfg, size = self.cfg, self.cfg.rollout.group_size
         want = cfg.rollout.prompts_per_step
         kept: list[RolloutGroup] = []
-        have, drawn, dropped = 0, 0, 0
+        have, drawn, dropped, generated = 0, 0, 0, 0
         draws = 1 + (cfg.rollout.max_extra_draws if self.dynamic_sampling else 0)
         for draw in range(draws):
             group = self.draw(step, draw, policy_version)
             drawn += len(group.examples)
+            generated += int(group.rollout.lengths.sum())  # dropped groups' tokens too
             if self.dynamic_sampling:
                 informative = informative_groups(group.rewards, size)
                 dropped += int((~informative).sum())
@@ -110,7 +111,7 @@ class InProcessRollouts:
         batch = concat_groups(kept, self.tokenizer.pad_token_id)
         if len(batch.examples) > want:
             batch = select_groups(batch, torch.arange(len(batch.examples)) < want, size)
-        stats = {"sampling/prompts_drawn": drawn,
+        stats = {"sampling/prompts_drawn": drawn, "sampling/generated_tokens": generated,
                  "sampling/dropped_group_share": dropped / max(drawn, 1),
                  "sampling/batch_prompts": len(batch.examples), **self._engine_stats()}
         return batch, stats
@@ -151,14 +152,10 @@ class InProcessRollouts:
     def _generate_with_tools(self, ids: list[list[int]], seed: int,
                              policy_version: int) -> Rollout:
         r = self.cfg.rollout
-        engine = ContinuousBatchingEngine(
-            self.model, EngineSampling(r.temperature, r.top_p), slots=len(ids),
-            eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
-            seed=seed, version=policy_version, tools=self.tools)
-        for i, prompt in enumerate(ids):
-            engine.add_request(GenerationRequest(i, tuple(prompt), r.max_new_tokens))
-        done = {c.request_id: c for c in engine.run()}
-        self._parked_s += engine.stats.parked_s
-        self._request_s += engine.stats.request_s
-        return rollout_from_completions([done[i] for i in range(len(ids))],
-                                        self.tokenizer.pad_token_id)
+        completions, stats = generate_with_tools(
+            self.model, ids, EngineSampling(r.temperature, r.top_p), r.max_new_tokens,
+            self.tools, eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id, seed=seed, policy_version=policy_version)
+        self._parked_s += stats.parked_s
+        self._request_s += stats.request_s
+        return rollout_from_completions(completions, self.tokenizer.pad_token_id)

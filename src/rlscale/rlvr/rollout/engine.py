@@ -301,3 +301,19 @@ class ContinuousBatchingEngine:
 def _request_of(entry: GenerationRequest | _Row) -> GenerationRequest:
     return entry.request if isinstance(entry, _Row) else entry
 
+
+
+def generate_with_tools(model, prompt_ids: list[list[int]], sampling: EngineSampling,
+                        max_new_tokens: int, tools: ToolTurns, *, eos_token_id: int,
+                        pad_token_id: int, seed: int, policy_version: int = 0
+                        ) -> tuple[list[Completion], EngineStats]:
+    """Every prompt's completion, with tool calls, in prompt order: one engine with a slot
+    per prompt, so a row waiting on a call never holds up the others (the sync loop's and
+    evaluation's generation when tools are on)."""
+    engine = ContinuousBatchingEngine(
+        model, sampling, slots=len(prompt_ids), eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id, seed=seed, version=policy_version, tools=tools)
+    for i, prompt in enumerate(prompt_ids):
+        engine.add_request(GenerationRequest(i, tuple(prompt), max_new_tokens))
+    done = {c.request_id: c for c in engine.run()}
+    return [done[i] for i in range(len(prompt_ids))], engine.stats
