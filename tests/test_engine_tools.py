@@ -236,3 +236,52 @@ def test_runner_tool_turns_find_a_closed_call_run_it_and_tokenize_the_result(lm)
         assert m["tools/calls"] == 1 and m["tools/failed"] == 0 and m["tools/over_limit"] == 1
     finally:
         turns.close()
+
+
+# A chat template in the style of Qwen2.5's, tool messages included (no hub download).
+QWEN_LIKE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n"
+    "</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_tool_call_in_a_chat_model_s_own_format_round_trips():
+    from rlscale.rlvr.model import build_char_tokenizer
+    from rlscale.rlvr.tool_turns import RunnerToolTurns
+    from rlscale.rlvr.tools import ToolsConfig
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = QWEN_LIKE
+    config = ToolsConfig(tools=["calculator"], markup={
+        "format": "chat_template", "call_open": "<tool_call>", "call_close": "</tool_call>",
+        "result_open": "<tool_response>", "result_close": "</tool_response>"})
+    turns = RunnerToolTurns.from_config(config, tokenizer)
+    try:
+        def ids(text):
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        user = {"role": "user", "content": "What is 12*(3+4)?"}
+        prompt = tokenizer.apply_chat_template([user], tokenize=False, add_generation_prompt=True)
+        generated = ('Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": '
+                     '{"expression": "12*(3+4)"}}\n</tool_call>')
+        call = turns.call_in(ids(generated), 0)
+        assert (call.name, call.text) == ("calculator", "12*(3+4)")
+        turns.start(0, call)
+        got = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = turns.results(timeout=0.5)
+        (_, result_ids), = got
+        # The context the model goes on from is what its own template writes for this
+        # conversation: the call in its turn, the tool's message, a new assistant turn.
+        conversation = tokenizer.apply_chat_template(
+            [user, {"role": "assistant", "content": generated},
+             {"role": "tool", "name": "calculator", "content": "84"}],
+            tokenize=False, add_generation_prompt=True)
+        assert prompt + generated + tokenizer.decode(result_ids) == conversation
+        bad = turns.call_in(ids("<tool_call>{not json}</tool_call>"), 0)
+        assert bad.name is None and bad.text == "{not json}"
+    finally:
+        turns.close()

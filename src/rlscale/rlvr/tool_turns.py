@@ -20,7 +20,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .tools import ToolCall, ToolRunner, ToolsConfig, close_tags, format_result, parse_call
+from .tools import (
+    ToolCall,
+    ToolRunner,
+    ToolsConfig,
+    chat_tool_turn,
+    clean_result,
+    close_tags,
+    format_result,
+    parse_call,
+)
 
 
 @dataclass
@@ -79,9 +88,9 @@ class RunnerToolTurns:
     def _run(self, request_id: int, call: ToolCall, started: float) -> None:
         try:
             (result,) = self.runner.run([call])
-            text = format_result(result, self.config.markup)
+            text = self._result_text(call, result.text)
         except Exception as exc:  # the runner itself failed: the model reads why
-            text = format_result(f"tool error: {type(exc).__name__}", self.config.markup)
+            text = self._result_text(call, f"tool error: {type(exc).__name__}")
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         with self._cv:
             self._done.append((request_id, ids))
@@ -96,6 +105,14 @@ class RunnerToolTurns:
             out = {"tools/wait_s_mean": stats.wait_s / max(stats.calls, 1),
                    "tools/over_limit": float(stats.skipped_over_limit)}
         return {**self.runner.stats.as_metrics(), **out}
+
+    def _result_text(self, call: ToolCall, text: str) -> str:
+        """The tokens' text after a call: the result in the result tags, or a chat model's
+        tool turn from its own template."""
+        markup = self.config.markup
+        if markup.format == "chat_template":
+            return chat_tool_turn(self.tokenizer, call.name or "", clean_result(text, markup))
+        return format_result(text, markup)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -28,6 +28,7 @@ tool: `call_open: "<{name}>"`, `call_close: "</{name}>"`.
 from __future__ import annotations
 
 import functools
+import json
 import pickle
 import queue
 import re
@@ -152,6 +153,11 @@ class ToolMarkup(StrictModel):
                             "the tool runs; may contain {name}")
     result_open: str = Field("<r>", description="opens the result appended after a call")
     result_close: str = Field("</r>", description="closes the result; generation resumes")
+    format: Literal["tags", "chat_template"] = Field(
+        "tags", description="tags: the call's text between the call tags, the result between "
+        "the result tags; chat_template: a chat model's own format: the call is JSON "
+        '{"name": ..., "arguments": {...}} between the call tags (e.g. <tool_call>), the '
+        "result a tool message rendered by the tokenizer's chat template")
 
     @model_validator(mode="after")
     def _check(self) -> ToolMarkup:
@@ -166,11 +172,15 @@ class ToolMarkup(StrictModel):
             raise ValueError("markup call_close has {name} but call_open does not")
         if len(set(tags.values())) != 4:
             raise ValueError(f"markup tags must differ from each other, got {list(tags.values())}")
+        if self.format == "chat_template" and "{name}" in self.call_open + self.call_close:
+            raise ValueError("markup format chat_template names the tool in the call's JSON: "
+                             "the call tags may not contain {name}")
         return self
 
     @property
     def names_tool(self) -> bool:
-        return "{name}" in self.call_open
+        """Whether a call says which tool it is for (in its tags, or in its JSON)."""
+        return "{name}" in self.call_open or self.format == "chat_template"
 
 
 class ToolsConfig(StrictModel):
@@ -447,8 +457,49 @@ def parse_call(text: str, markup: ToolMarkup, names: Collection[str] | None = No
     close_name = close.groupdict().get("name")
     if open_name is not None and close_name is not None and open_name != close_name:
         return None
-    return ToolCall(open_name or close_name, text[opened.end():close.start()], opened.start(),
-                    close.end("close"))
+    body = text[opened.end():close.start()]
+    if markup.format == "chat_template":
+        name, body = json_call(body)
+        return ToolCall(name, body, opened.start(), close.end("close"))
+    return ToolCall(open_name or close_name, body, opened.start(), close.end("close"))
+
+
+def json_call(body: str) -> tuple[str | None, str]:
+    """A chat model's call, `{"name": ..., "arguments": {...}}`: the tool's name and the text
+    it is given (an argument's value when there is one, else the arguments as JSON). A body
+    that is not such JSON gives no name (the call then fails as an unknown tool, or in the
+    only tool's own parsing) and itself as the text."""
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None, body.strip()
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None, body.strip()
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        return call["name"], arguments
+    if isinstance(arguments, dict) and len(arguments) == 1:
+        (value,) = arguments.values()
+        return call["name"], value if isinstance(value, str) else json.dumps(value)
+    return call["name"], json.dumps(arguments)
+
+
+def chat_tool_turn(tokenizer, name: str, text: str) -> str:
+    """What follows a chat model's call, as its own chat template writes it: the end of the
+    assistant's turn, a `tool` message holding `text`, and the start of the assistant's next
+    turn. Rendered as the difference between a conversation ending in the (unfinished)
+    assistant turn and the same conversation with the tool message and a generation prompt."""
+    user = {"role": "user", "content": "."}
+    assistant = {"role": "assistant", "content": "."}
+    before = tokenizer.apply_chat_template([user, assistant], tokenize=False,
+                                           continue_final_message=True)
+    after = tokenizer.apply_chat_template(
+        [user, assistant, {"role": "tool", "name": name, "content": text}], tokenize=False,
+        add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ToolConfigError("the chat template does not render a tool message after the "
+                              "assistant's turn (markup.format chat_template needs one that does)")
+    return after[len(before):]
 
 
 def close_tags(markup: ToolMarkup, names: Collection[str]) -> list[str]:
@@ -458,12 +509,17 @@ def close_tags(markup: ToolMarkup, names: Collection[str]) -> list[str]:
     return [markup.call_close.replace("{name}", name) for name in names]
 
 
-def format_result(result: ToolResult | str, markup: ToolMarkup) -> str:
-    """The text appended after a call. Markup inside the result is removed, so that a result
-    can neither end itself early nor open a call the model did not write."""
-    text = result.text if isinstance(result, ToolResult) else result
+def clean_result(text: str, markup: ToolMarkup) -> str:
+    """`text` without any of the markup's tags, so that a result can neither end itself
+    early nor open a call the model did not write."""
     tags = re.compile("|".join(_tag_pattern(tag, None, capture=False) for tag in (
         markup.call_open, markup.call_close, markup.result_open, markup.result_close)))
     while (cleaned := tags.sub("", text)) != text:  # "<<r>r>" leaves "<r>" after one pass
         text = cleaned
-    return markup.result_open + text + markup.result_close
+    return text
+
+
+def format_result(result: ToolResult | str, markup: ToolMarkup) -> str:
+    """The text appended after a call (format tags): the cleaned result in the result tags."""
+    text = result.text if isinstance(result, ToolResult) else result
+    return markup.result_open + clean_result(text, markup) + markup.result_close
