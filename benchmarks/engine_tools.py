@@ -28,12 +28,11 @@ import threading
 import time
 
 import torch
+from engine import build_model, mixed_length_workload  # noqa: E402  (benchmarks/ on the path)
 
 from rlscale.rlvr.model import build_char_tokenizer
 from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
-
-from engine import build_model, mixed_length_workload  # noqa: E402  (benchmarks/ on the path)
 
 RESULT = [5, 6, 7, 8, 9, 10]  # a result's token ids (any ids: the model just reads them)
 

@@ -6,11 +6,11 @@ import os
 import socket
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from conftest import SHARED
 from processes import alive, descendants, with_text_in_command_line
 from rlscale.rlvr.calculator import CalculatorError, calculate
 from rlscale.rlvr.tools import (
@@ -33,6 +33,8 @@ from rlscale.rlvr.tools import (
 from rlscale.runtime import sandbox
 from rlscale.runtime.dotted import DottedPathError
 from rlscale.runtime.workpool import Timeout, WorkPool
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"  # beside the checkout
 
 NAMESPACES = sandbox.probe()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None,
