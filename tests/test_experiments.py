@@ -4,18 +4,27 @@ loop and leaves a figure and a verdict, and `report` writes the markdown."""
 
 import dataclasses
 import json
+import math
 import time
 
 import pytest
 from typer.testing import CliRunner
 
 from rlscale.cli import app
-from rlscale.experiments import clipping, kl_anchor, pass_at_k
+from rlscale.experiments import (
+    baseline_variance,
+    clipping,
+    dynamic_sampling,
+    gspo_ratio_variance,
+    kl_anchor,
+    length_norm,
+    pass_at_k,
+)
 from rlscale.experiments.record import FIGURE_NAME, load_result
 from rlscale.experiments.registry import EXPERIMENTS
 from rlscale.experiments.report import write_report
 from rlscale.experiments.runner import command, run_experiment
-from rlscale.experiments.setup import QUICK, Context, base_model, train_arm
+from rlscale.experiments.setup import QUICK, Context, base_model, train_arm, windowed
 from rlscale.experiments.verdict import (
     VERDICTS,
     Effect,
@@ -131,6 +140,65 @@ def clipping_numbers(kl, pass1, jitter=JITTER):
 
 NOISE = (-0.4, 0.3, 0.1)  # per seed: a spread that swamps the effects (SE 0.21)
 
+
+def dynamic_sampling_numbers(pass1, jitter=JITTER):
+    """pass1: the final (off, on); the eval curves end there, `on` with twice the tokens."""
+    arms = {}
+    for name, p, per_step in zip(dynamic_sampling.ARMS, pass1, (1000.0, 2000.0), strict=True):
+        shift = jitter if name == "on" else (0.0,) * 3
+        curves = [{"steps": [0, 5, 10], "tokens": [0.0, 5 * per_step, 10 * per_step],
+                   "pass@1": [0.3, (0.3 + p + j) / 2, p + j]} for j in shift]
+        arms[name] = {"pass@1": per_seed(p, shift), "curves": curves,
+                      "tokens_per_step": per_seed(per_step), "dropped_share": per_seed(0.0),
+                      "zero_advantage_share": per_seed(0.4), "batch_prompts": per_seed(16.0),
+                      "seconds_per_step": per_seed(1.0),
+                      "dropped_curve": per_seed([0.4, 0.3]), "steps": [1, 2]}
+    return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 4, "eval_prompts": 10,
+            "eval_samples": 2, "base_pass@1": 0.3, "arms": arms}
+
+
+def length_norm_numbers(wrong, jitter=JITTER):
+    """wrong: the wrong completions' length per aggregation (right ones are 40 tokens);
+    `jitter` (in tokens) on GRPO's 1/|y| arm."""
+    figures = {"pass@1": 0.5, "mean_length": 45.0, "right_length": 40.0}
+    arms = {"base": {**{k: per_seed(v) for k, v in figures.items()},
+                     "wrong_length": per_seed(45.0)}}
+    for name, w in zip(length_norm.AGGREGATIONS, wrong, strict=True):
+        shift = jitter if name == "per_sequence" else (0.0,) * 3
+        arms[name] = {**{k: per_seed(v) for k, v in figures.items()},
+                      "wrong_length": per_seed(w, shift),
+                      "curves": {k: per_seed([w, w] if "wrong" in k else [40.0, 40.0])
+                                 for k in length_norm.CURVES},
+                      "window_centres": [1.5, 3.5]}
+    return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 4, "arms": arms}
+
+
+def gspo_numbers(sequence_power, gspo_power, noise=(0.0,) * 3):
+    """Variances that go as length ** power per seed (`noise` added to the powers, the
+    opposite way for GSPO's)."""
+    lengths = [10.0, 20.0, 40.0, 80.0]
+    per_seed_ = [{"mean_length": lengths, "sequences": [8] * 4,
+                  "sequence": [0.01 * n ** (sequence_power + e) for n in lengths],
+                  "gspo": [0.01 * n ** (gspo_power - e) for n in lengths],
+                  "token": [0.01] * 4, "kl_new_old": 0.01, "completions": 64}
+                 for e in noise]
+    return {"seeds": SEEDS, "steps": 2, "per_seed": per_seed_}
+
+
+def baseline_variance_numbers(rloo_scale, noise=(0.0,) * 3):
+    """tr Cov without a baseline 1.0, with RLOO `rloo_scale` times exp(the seed's noise)."""
+    per_seed_ = []
+    for e in noise:
+        row = {"reward_mean": 0.3, "uniform_group_share": 0.4}
+        for est, scale in (("none", 1.0), ("mean", 0.5 * rloo_scale), ("rloo", rloo_scale),
+                           ("std", 2.0)):
+            row[f"{est}/trace_cov"] = scale * (math.exp(e) if est == "rloo" else 1.0)
+            row[f"{est}/mean_sq_norm"] = 1.1 * row[f"{est}/trace_cov"]
+        per_seed_.append({str(g): dict(row) for g in baseline_variance.GROUP_SIZES})
+    return {"seeds": SEEDS, "group_sizes": list(baseline_variance.GROUP_SIZES),
+            "completions": 16, "batches": 4, "per_seed": per_seed_}
+
+
 SYNTHETIC = {
     "pass_at_k": (pass_at_k, {
         # GRPO wins at k = 1, the base catches up and passes it: the curves cross
@@ -147,6 +215,23 @@ SYNTHETIC = {
         "supports": clipping_numbers([0.01, 0.2], [0.5, 0.3]),
         "contradicts": clipping_numbers([0.2, 0.01], [0.3, 0.5]),
         "inconclusive": clipping_numbers([0.01, 0.2], [0.5, 0.3], NOISE)}),
+    "dynamic_sampling": (dynamic_sampling, {
+        "supports": dynamic_sampling_numbers([0.4, 0.5]),
+        "contradicts": dynamic_sampling_numbers([0.5, 0.4]),
+        "inconclusive": dynamic_sampling_numbers([0.4, 0.5], NOISE)}),
+    "length_norm": (length_norm, {
+        # 1/|y| lets wrong completions grow (60 tokens against 45 under the constant)
+        "supports": length_norm_numbers([60.0, 46.0, 45.0]),
+        "contradicts": length_norm_numbers([45.0, 46.0, 60.0]),
+        "inconclusive": length_norm_numbers([60.0, 46.0, 45.0], tuple(50 * n for n in NOISE))}),
+    "gspo_ratio_variance": (gspo_ratio_variance, {
+        "supports": gspo_numbers(1.0, -1.0),
+        "contradicts": gspo_numbers(-1.0, 1.0),
+        "inconclusive": gspo_numbers(1.0, -1.0, tuple(5 * n for n in NOISE))}),
+    "baseline_variance": (baseline_variance, {
+        "supports": baseline_variance_numbers(0.5),
+        "contradicts": baseline_variance_numbers(2.0),
+        "inconclusive": baseline_variance_numbers(0.9, tuple(5 * n for n in NOISE))}),
 }
 
 
@@ -170,6 +255,69 @@ def test_pass_at_k_crossing():
     assert pass_at_k.crossing(ks, [0.5, 0.6, 0.7, 0.9], [0.4, 0.6, 0.7, 0.9]) is None  # never led
     assert pass_at_k.ks_up_to(256) == (1, 2, 4, 8, 16, 32, 64, 128, 256)
     assert pass_at_k.ks_up_to(48) == (1, 2, 4, 8, 16, 32)
+
+
+def test_dynamic_sampling_curves_against_tokens():
+    rows = [{"step": 1, "sampling/generated_tokens": 100}, {"step": 2, "sampling/generated_tokens": 50,
+             "eval/pass@1": 0.4}, {"step": 3, "sampling/generated_tokens": 70},
+            {"step": 4, "sampling/generated_tokens": 80, "eval/pass@1": 0.5}]
+    assert dynamic_sampling.eval_curve(rows, 0.3) == {
+        "steps": [0, 2, 4], "tokens": [0.0, 150.0, 300.0], "pass@1": [0.3, 0.4, 0.5]}
+    xs, ys = [0.0, 100.0, 300.0], [0.2, 0.4, 0.8]
+    assert dynamic_sampling.interpolate(50.0, xs, ys) == pytest.approx(0.3)
+    assert dynamic_sampling.interpolate(200.0, xs, ys) == pytest.approx(0.6)
+    assert dynamic_sampling.interpolate(500.0, xs, ys) == 0.8  # past the end: the last value
+    numbers = dynamic_sampling_numbers([0.4, 0.5])
+    off, on = dynamic_sampling.at_equal_tokens(numbers)
+    # off ends at 10,000 tokens; on (2,000 a step) passed them at step 5, halfway up
+    assert off == pytest.approx([0.4] * 3)
+    assert on == pytest.approx([(0.3 + 0.5 + j) / 2 for j in JITTER])
+
+
+def test_tables_escape_pipes_in_cells():
+    from rlscale.experiments.record import Table
+
+    assert Table(["effect"], [["GRPO 1/|y|"]]).markdown().splitlines()[-1] == "| GRPO 1/\\|y\\| |"
+
+
+def test_windowed_means_fill_windows_without_a_value():
+    rows = [{"step": 1, "x": 1.0}, {"step": 2, "x": 3.0}, {"step": 5, "x": 7.0}, {"step": 6}]
+    assert windowed(rows, "x", 6, 2) == ([1.5, 3.5, 5.5], [2.0, 2.0, 7.0])
+    assert windowed(rows, "x", 5, 2) == ([1.5, 3.5, 5.0], [2.0, 2.0, 7.0])
+    assert windowed([{"step": 3, "x": 4.0}], "x", 4, 2) == ([1.5, 3.5], [4.0, 4.0])
+
+
+def test_gspo_buckets_and_slopes():
+    assert gspo_ratio_variance.bucket_edges(list(range(1, 9))) == [2, 4, 6, 8]
+    assert gspo_ratio_variance.bucket_edges([5] * 8) == [5]  # one length: one bucket
+    assert gspo_ratio_variance.slope([10.0, 20.0, 40.0], [1.0, 2.0, 4.0]) == pytest.approx(1.0)
+    assert gspo_ratio_variance.slope([10.0, 100.0], [1.0, 0.01]) == pytest.approx(-2.0)
+    import torch
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    delta = torch.tensor([[0.1, 0.3, 5.0], [0.2, 0.2, -0.1]])  # padding ignored
+    ratios = gspo_ratio_variance.step_log_ratios(delta, torch.zeros(2, 3), mask)
+    assert ratios["lengths"] == [2.0, 3.0]
+    assert ratios["sequence"] == pytest.approx([0.4, 0.3], abs=1e-6)
+    assert ratios["gspo"] == pytest.approx([0.2, 0.1], abs=1e-6)
+    assert ratios["token"] == pytest.approx([0.1, 0.3, 0.2, 0.2, -0.1], abs=1e-6)
+    assert ratios["token_lengths"] == [2.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_baseline_variance_moments_are_the_trace_of_the_covariance():
+    import torch
+
+    grads = torch.randn(6, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    moments = baseline_variance.Moments()
+    for g in grads:
+        moments.add(g)
+    assert moments.trace_covariance() == pytest.approx(float(grads.var(dim=0).sum()))
+    assert moments.mean_squared_norm() == pytest.approx(float((grads ** 2).sum(1).mean()))
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    advantages = {e: fn(rewards, 2) for e, fn in baseline_variance.ESTIMATORS.items()}
+    assert advantages["none"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert advantages["mean"].tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert advantages["rloo"].tolist() == [1.0, -1.0, 0.0, 0.0]
 
 
 # -- the loop's figure the clipping experiment reads ----------------------------------------

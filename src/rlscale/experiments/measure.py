@@ -1,6 +1,10 @@
 """Measurements of the models an experiment trained: pass@k with the run's own task and
 token budget (`rlvr.evaluate`), and how far a model drifted from a reference.
 
+`rollout_source` and `policy_batch` draw groups and turn them into the trainer's batch the
+way a training step does, for experiments that measure the library's pieces on a model
+without a training run.
+
 The drift is made of the library's pieces: the task's held-out prompts (`tasks.examples`),
 the RL sampler (`rollout.sampler.generate`), the trainer's forward
 (`logprobs.completion_logprobs`) and the loss's KL estimator (`objectives.kl_penalty`, k3):
@@ -10,6 +14,8 @@ for any model, beta = 0 included.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +26,13 @@ from ..rlvr.config import RLVRConfig
 from ..rlvr.evaluate import EvalResult, evaluate
 from ..rlvr.logprobs import completion_logprobs
 from ..rlvr.model import PromptFormatter, load_model
+from ..rlvr.rewards import VerifierPool
+from ..rlvr.rollout.groups import RolloutGroup
 from ..rlvr.rollout.sampler import SamplingParams, generate
+from ..rlvr.rollout_source import InProcessRollouts
 from ..rlvr.tasks import Task, examples, make_task
-from ..rlvr.trainer import build_policy_batch
+from ..rlvr.trainer import PolicyBatch, PolicyTrainer, build_policy_batch
+from ..runtime.device import resolve_compute_dtype
 
 
 def run_task(cfg: RLVRConfig) -> Task:
@@ -37,6 +47,38 @@ def pass_at(model_path: Path, cfg: RLVRConfig, *, split: str, seed: int, prompts
     return evaluate(model, tokenizer, run_task(cfg), split=split, seed=seed, prompts=prompts,
                     samples=samples, ks=ks, max_new_tokens=cfg.rollout.max_new_tokens,
                     temperature=cfg.eval.temperature)
+
+
+@contextlib.contextmanager
+def rollout_source(model, tokenizer, cfg: RLVRConfig) -> Iterator[InProcessRollouts]:
+    """The sync loop's own sampler and verifier pool on `model`: `source.draw(step, 0, 0)`
+    gives `rollout.prompts_per_step` prompts x `rollout.group_size` scored completions of the
+    `train` split, seeded by `train.seed` and `step` as a training step's."""
+    task = run_task(cfg)
+    with VerifierPool.from_config(task, cfg.task) as pool:
+        yield InProcessRollouts(model, tokenizer, task, cfg, pool, dynamic_sampling=False)
+
+
+def policy_batch(group: RolloutGroup, advantages: torch.Tensor, pad_token_id: int) -> PolicyBatch:
+    """The trainer's batch of a scored group with the given `[B]` advantages (as the loop
+    builds it)."""
+    r = group.rollout
+    return build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
+                              r.sampler_logprobs, pad_token_id, r.policy_version, r.versions(),
+                              r.tool_mask)
+
+
+def policy_trainer(model, cfg: RLVRConfig) -> PolicyTrainer:
+    """The learner of a run of `cfg` on `model` (no reference: the KL term needs none at
+    kl_coef 0, which is what the measurements here use), as `rlvr.loop` builds it."""
+    t = cfg.train
+    device = next(model.parameters()).device
+    return PolicyTrainer(
+        model, None, cfg.resolved_objective(), lr=t.lr, weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
+        epochs=t.epochs, micro_batch_size=t.micro_batch_size,
+        temperature=cfg.rollout.temperature, micro_batch_tokens=t.micro_batch_tokens,
+        pack=t.pack, compute_dtype=resolve_compute_dtype(t.compute_dtype, device).name)
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,11 @@ class Table:
     rows: list[list[str]]
 
     def markdown(self) -> str:
-        lines = ["| " + " | ".join(self.columns) + " |",
-                 "| " + " | ".join("---" for _ in self.columns) + " |"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        def line(cells: list[str]) -> str:  # a | inside a cell (1/|y|) would split it
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+        lines = [line(self.columns), "| " + " | ".join("---" for _ in self.columns) + " |"]
+        lines += [line(row) for row in self.rows]
         return "\n".join(lines)
 
 

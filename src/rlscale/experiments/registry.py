@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from . import clipping, kl_anchor, pass_at_k
+from . import (
+    baseline_variance,
+    clipping,
+    dynamic_sampling,
+    gspo_ratio_variance,
+    kl_anchor,
+    length_norm,
+    pass_at_k,
+)
 from .spec import Experiment
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT)}
+    pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT,
+    dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
+    baseline_variance.EXPERIMENT)}

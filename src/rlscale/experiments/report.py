@@ -51,6 +51,9 @@ def _effects_table(result: ExperimentResult) -> str:
 
 
 def _arms(result: ExperimentResult) -> str:
+    if not result.arms:
+        return ("No training runs of the loop: everything is measured from the base model "
+                "(see the set-up).")
     seen: dict[str, list[str]] = {}
     for arm in result.arms:  # the seeds differ by train.seed only
         seen.setdefault(arm.label, [o for o in arm.overrides if not o.startswith("train.seed=")])

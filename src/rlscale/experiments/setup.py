@@ -133,6 +133,15 @@ def recipe(scale: Scale, arm: Arm, seed: int) -> tuple[str, ...]:
     return (*scale.task_overrides(), *scale.rl, *arm.overrides, f"train.seed={seed}")
 
 
+def arm_config(ctx: Context, arm: Arm, seed: int):
+    """The RLVRConfig `arm` trains with at `seed` (its paths left at the config's): for
+    experiments that measure the library's pieces on the base model without a training run."""
+    from ..rlvr.config import RLVRConfig
+
+    return load_config(RLVRConfig, CONFIGS / RL_CONFIG,
+                       [f"model.path={ctx.base}", *recipe(ctx.scale, arm, seed)])
+
+
 def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     """Train `arm` with `seed` through the library's loop (`rlvr.loop.train`). A finished
     run with the same config is reused (the loop's resume finds nothing to do), a killed one
@@ -178,3 +187,25 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
     """A metric's mean over every step where it was logged."""
     _, values = series(rows, key)
     return sum(values) / len(values) if values else None
+
+
+def windowed(rows: list[dict[str, Any]], key: str, steps: int,
+             width: int) -> tuple[list[float], list[float]]:
+    """A metric's mean over consecutive windows of `width` steps (1..steps): (window centres,
+    means). A window where it was never logged repeats the previous mean (the first, the
+    next one logged), so every run of `steps` steps gives a curve of the same points; a
+    metric never logged gives zeros."""
+    logged = dict(zip(*series(rows, key), strict=True))
+    centres, means = [], []
+    for lo in range(1, steps + 1, width):
+        chosen = [logged[s] for s in range(lo, min(lo + width, steps + 1)) if s in logged]
+        centres.append(lo + (min(width, steps + 1 - lo) - 1) / 2)
+        means.append(sum(chosen) / len(chosen) if chosen else None)
+    known = [m for m in means if m is not None]
+    if not known:
+        return centres, [0.0] * len(centres)
+    filled, last = [], known[0]
+    for m in means:
+        last = last if m is None else m
+        filled.append(last)
+    return centres, filled

@@ -1,0 +1,215 @@
+"""The sequence ratio's variance grows with length; GSPO's length-normalised ratio does not
+(Zheng et al. 2025, "Group Sequence Policy Optimization").
+
+A sequence's likelihood ratio is the product of its token ratios, `exp(sum_t delta_t)`: if
+every token's log-ratio moves a little, the sum's spread grows with the number of tokens,
+and one clip range cannot fit short and long completions alike. GSPO takes the geometric
+mean, `exp(mean_t delta_t)`, whose spread does not grow (it falls, for independent tokens).
+
+Measured where ratios leave 1: batch reuse. From the SFT base, a short GRPO run with the
+library's trainer (`PolicyTrainer.step`, 4 epochs x 4 minibatches per batch, the loop's
+sampler and advantages, float32 so that rounding adds nothing); after every step, on the
+step's own samples, the ratios of the updated policy to the one that sampled them
+(`objectives.sequence_ratio`, plain and length-normalised; and the token ratios), grouped
+into length buckets (quartiles of the completion lengths). Per bucket the variance of each
+log-ratio (the ratio's own variance is ruled by a few outliers: it is the exp of a sum); per
+seed, the slope of log variance against log length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..rlvr import objectives
+from ..rlvr.model import load_model
+from .measure import policy_batch, policy_trainer, rollout_source
+from .plots import plt, save_figure
+from .record import Analysis, Table
+from .setup import Arm, Context, TrainedArm, arm_config
+from .spec import Experiment, Numbers
+from .stats import cell, curve, paired
+from .verdict import Effect
+
+NAME = "gspo_ratio_variance"
+CLAIM = ("With batch reuse, the spread of the sequence-level importance ratio (the variance of "
+         "its log) grows with completion length; GSPO's length-normalised ratio does not grow "
+         "with it.")
+RATIOS = ("sequence", "gspo", "token")
+LABELS = {"sequence": "sequence ratio: sum_t", "gspo": "GSPO ratio: mean_t",
+          "token": "token ratio (GRPO)"}
+REUSE = ("train.epochs=4", "train.minibatches=4", "train.lr=1e-4", "train.compute_dtype=float32",
+         "loss.kl_coef=0")
+BUCKETS = 4
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int       # GRPO steps, each measured
+
+
+SETTINGS = {"quick": Settings(steps=3), "full": Settings(steps=40)}
+
+
+def arms(scale: str) -> list[Arm]:
+    return []  # the trainer runs inside the measurement (its ratios are not logged per sequence)
+
+
+@torch.no_grad()
+def step_log_ratios(logp_after: torch.Tensor, logp_before: torch.Tensor,
+                    mask: torch.Tensor) -> dict[str, list]:
+    """One step's log-ratios on its samples: per sequence its length and both sequence
+    log-ratios (`objectives.sequence_ratio`), and every token's with its sequence's length."""
+    lengths = mask.sum(dim=-1)
+    sequence = objectives.sequence_ratio(logp_after, logp_before, mask).log()
+    gspo = objectives.sequence_ratio(logp_after, logp_before, mask, length_normalize=True).log()
+    active = mask > 0
+    token = (logp_after - logp_before)[active]
+    token_lengths = lengths[:, None].expand_as(mask)[active]
+    return {"lengths": lengths.tolist(), "sequence": sequence.tolist(), "gspo": gspo.tolist(),
+            "token": token.tolist(), "token_lengths": token_lengths.tolist()}
+
+
+def bucket_edges(lengths: list[float], buckets: int = BUCKETS) -> list[float]:
+    """Upper edges of `buckets` length buckets at the quantiles of `lengths` (distinct)."""
+    ordered = sorted(lengths)
+    edges = [ordered[min(len(ordered) - 1, math.ceil(len(ordered) * (i + 1) / buckets) - 1)]
+             for i in range(buckets)]
+    return sorted(set(edges))
+
+
+def bucket_of(length: float, edges: list[float]) -> int:
+    return next(i for i, e in enumerate(edges) if length <= e)
+
+
+def variance(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = sum(values) / len(values)
+    return sum((v - m) ** 2 for v in values) / (len(values) - 1)
+
+
+def by_bucket(pooled: dict[str, list]) -> dict[str, list[float]]:
+    """Per length bucket: mean length, count and each log-ratio's variance."""
+    edges = bucket_edges(pooled["lengths"])
+    seq_bucket = [bucket_of(n, edges) for n in pooled["lengths"]]
+    tok_bucket = [bucket_of(n, edges) for n in pooled["token_lengths"]]
+    out: dict[str, list[float]] = {"mean_length": [], "sequences": []}
+    out.update({r: [] for r in RATIOS})
+    for b in range(len(edges)):
+        lengths = [n for n, k in zip(pooled["lengths"], seq_bucket, strict=True) if k == b]
+        out["mean_length"].append(sum(lengths) / len(lengths))
+        out["sequences"].append(len(lengths))
+        for r in ("sequence", "gspo"):
+            out[r].append(variance([v for v, k in zip(pooled[r], seq_bucket, strict=True)
+                                    if k == b]))
+        out["token"].append(variance([v for v, k in zip(pooled["token"], tok_bucket,
+                                                        strict=True) if k == b]))
+    return out
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log y against log x (0 with fewer than two points)."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-300)) for y in ys]
+    if len(lx) < 2:
+        return 0.0
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    sxx = sum((x - mx) ** 2 for x in lx)
+    return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / sxx if sxx else 0.0
+
+
+def measure_seed(ctx: Context, seed: int, s: Settings) -> dict:
+    cfg = arm_config(ctx, Arm("measure", REUSE), seed)
+    objective = cfg.resolved_objective()
+    model, tokenizer = load_model(ctx.base)
+    trainer = policy_trainer(model, cfg)
+    pooled: dict[str, list] = {"lengths": [], "sequence": [], "gspo": [], "token": [],
+                               "token_lengths": []}
+    kl_per_step = []
+    with rollout_source(model, tokenizer, cfg) as source:
+        for step in range(s.steps):
+            group = source.draw(step, 0, trainer.version)
+            advantages = objectives.group_advantages(
+                group.rewards, cfg.rollout.group_size,
+                std_normalize=objective.advantage_std_normalize,
+                leave_one_out=objective.advantage_leave_one_out)
+            batch = policy_batch(group, advantages, tokenizer.pad_token_id)
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+            before = trainer.step(batch, generator)
+            after = trainer.score_logprobs(model, batch)
+            ratios = step_log_ratios(after, before.logp_before, batch.mask)
+            for key, values in ratios.items():
+                pooled[key].extend(values)
+            kl = objectives.kl_penalty(before.logp_before, after, "k3")  # KL(old || new)
+            kl_per_step.append(float(objectives.masked_mean(kl, batch.mask)))
+    return {**by_bucket(pooled), "kl_new_old": sum(kl_per_step) / len(kl_per_step),
+            "completions": len(pooled["lengths"])}
+
+
+def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
+    s = SETTINGS[ctx.scale.name]
+    return {"seeds": list(ctx.seeds), "steps": s.steps,
+            "per_seed": [measure_seed(ctx, seed, s) for seed in ctx.seeds]}
+
+
+def slopes(numbers: Numbers, ratio: str) -> list[float]:
+    return [slope(p["mean_length"], p[ratio]) for p in numbers["per_seed"]]
+
+
+def analyse(numbers: Numbers) -> Analysis:
+    seq, gspo, token = (slopes(numbers, r) for r in RATIOS)
+    effects = [
+        Effect("slope of log Var(log sequence ratio) on log length", tuple(seq),
+               expected_sign=+1, min_effect=0.1),
+        Effect("slope: sequence ratio - GSPO ratio", paired(gspo, seq), expected_sign=+1,
+               min_effect=0.1),
+        Effect("slope of log Var(log GSPO ratio) on log length", tuple(gspo), expected_sign=-1,
+               primary=False, min_effect=0.1),
+    ]
+    per_seed = numbers["per_seed"]
+    rows = []
+    for b in range(min(len(p["mean_length"]) for p in per_seed)):
+        rows.append([str(b + 1), cell([p["mean_length"][b] for p in per_seed], 1),
+                     *(cell([p[r][b] for p in per_seed], 6) for r in RATIOS)])
+    rows.append(["slope (log-log)", "", cell(seq, 2), cell(gspo, 2), cell(token, 2)])
+    table = Table(["length bucket", "mean length", *(f"Var log {LABELS[r]}" for r in RATIOS)],
+                  rows)
+    notes = [f"{numbers['steps']} GRPO steps per seed from the SFT base, each batch reused for "
+             "4 epochs x 4 minibatches (lr 1e-4); the ratios of the policy after each step to "
+             f"the one that sampled it, on the step's {per_seed[0]['completions'] // numbers['steps']} "
+             "completions; buckets at the quartiles of the completion lengths. KL(old || new) "
+             "per token and step: " + cell([p["kl_new_old"] for p in per_seed], 5) + "."]
+    return Analysis(effects, table, notes)
+
+
+def plot(numbers: Numbers, out: Path) -> Path:
+    per_seed = numbers["per_seed"]
+    n = min(len(p["mean_length"]) for p in per_seed)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    lengths = curve([p["mean_length"][:n] for p in per_seed])[0]
+    for r in RATIOS:
+        values, se = curve([p[r][:n] for p in per_seed])
+        ax.errorbar(lengths, values, yerr=se, marker="o", capsize=4, label=LABELS[r])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("completion length (bucket mean, tokens)")
+    ax.set_ylabel("variance of log(new / old)")
+    ax.set_title(f"ratio variance by length, 4x4 batch reuse ({len(per_seed)} seed(s))")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return save_figure(fig, out)
+
+
+EXPERIMENT = Experiment(
+    name=NAME, claim=CLAIM,
+    setup=("No separate training arm: from the SFT base, GRPO steps by the library's trainer "
+           "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32); after each "
+           "step the sequence ratio, GSPO's length-normalised one and the token ratios of the "
+           "new policy to the old on the step's samples; the variance of their logs by length "
+           "quartile."),
+    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
+    minutes=6)  # 2 seeds x 40 steps of 16 updates (~4 s each with sampling and the extra forwards)
