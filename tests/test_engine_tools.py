@@ -285,3 +285,35 @@ def test_a_tool_call_in_a_chat_model_s_own_format_round_trips():
         assert bad.name is None and bad.text == "{not json}"
     finally:
         turns.close()
+
+
+def test_new_weights_while_a_request_is_parked_reach_its_later_tokens(lm):
+    """An in-flight update lands while a request waits on its call: the tokens after the
+    pause carry the new version, and (cache recomputed) are drawn from the new weights over
+    the whole context."""
+    import copy
+
+    model, tokenizer = lm
+    new_model = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    tools = EveryNthToken(result_ids(tokenizer), after=3, latency_s=0.2)
+    engine = ContinuousBatchingEngine(copy.deepcopy(model), EngineSampling(temperature=1.0),
+                                      slots=2, eos_token_id=tokenizer.eos_token_id,
+                                      pad_token_id=tokenizer.pad_token_id, seed=5, tools=tools)
+    prompt = tuple(tokenizer("12+5=", add_special_tokens=False)["input_ids"])
+    engine.add_request(GenerationRequest(0, prompt, 16))
+    while not engine.parked:
+        engine.step()
+    engine.load_weights(new_model.state_dict(), version=1)
+    (c,) = engine.run()
+    n = len(result_ids(tokenizer))
+    assert c.versions[:3] == [0, 0, 0] and set(c.versions[3 + n:]) == {1}
+    ids = torch.tensor([list(prompt) + c.token_ids])
+    with torch.no_grad():
+        logits = new_model(input_ids=ids, use_cache=False).logits[0].float()
+    logp = logits[len(prompt) - 1:-1].log_softmax(-1).gather(
+        -1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+    torch.testing.assert_close(torch.tensor(c.logprobs[3 + n:]), logp[3 + n:],
+                               atol=1e-4, rtol=1e-4)

@@ -19,12 +19,13 @@ padding never shifts RoPE. Decode steps are the sampler's (`decoder.decode_step`
 Llama family, else the model's forward); the fused weights are rebuilt at `load_weights`.
 
 Tool calls (`tools`, a `ToolTurns`): a row whose tokens close a call is parked: it leaves
-its slot (the next step refills it from the queue) while the call runs elsewhere. When the
-result is back it is appended to the row's tokens (masked out of the loss) and the row joins
-the front of the queue; its next prefill is its whole context (prompt, tokens, result), so
-its cache is rebuilt with whatever weights are current then, and its later tokens carry the
-version they were drawn under. A row that reaches `max_new_tokens` inside a result ends
-there ("length").
+its slot (the next step refills it from the queue) with a copy of its keys and values, while
+the call runs elsewhere. When the result is back it is appended to the row's tokens (masked
+out of the loss) and the row joins the front of the queue; it resumes by feeding only what
+its saved cache lacks (the last drawn token, the result). New weights while it waits
+(`recompute_cache_on_update`) drop the saved cache: its whole context is prefilled again
+with the weights of then. Its later tokens carry the version they were drawn under. A row
+that reaches `max_new_tokens` inside a result ends there ("length").
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 from .kv_cache import KVCache
-from .sampler import cached_forward, sample_next, step_function
+from .sampler import _compute_dtype, cached_forward, sample_next, step_function
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 
@@ -47,6 +49,9 @@ class _Row(PartialCompletion):
 
     started: float = 0.0           # time.monotonic() of its first prefill
     parked_at: float = 0.0         # of its current tool call
+    # While parked: the keys and values of its fed tokens ([layers, kv_heads, n, head_dim]
+    # each), so that it resumes by feeding only what came after them; None: re-prefill.
+    saved: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def fed(self) -> list[int]:
         """The tokens whose keys and values are in the cache: prompt + all but the last."""
@@ -129,8 +134,11 @@ class ContinuousBatchingEngine:
         self.model.load_state_dict(state_dict)
         self.cache_dtype, self._decode = step_function(self.model)  # fuse the new weights
         self.version = version
-        if self.recompute_cache_on_update and self.num_running:
-            self._rebuild_cache()
+        if self.recompute_cache_on_update:
+            for row in self.parked.values():  # their saved keys and values are the old weights'
+                row.saved = None
+            if self.num_running:
+                self._rebuild_cache()
 
     @torch.no_grad()
     def step(self) -> list[Completion]:
@@ -178,6 +186,7 @@ class ContinuousBatchingEngine:
                 if call is not None:  # parked: the slot is free for the next refill
                     self.tools.start(row.request.request_id, call)
                     row.parked_at = time.monotonic()
+                    row.saved = self.cache.row_state(i)
                     self.parked[row.request.request_id] = row
                     self.rows[i] = None
                     self.stats.tool_calls += 1
@@ -219,16 +228,29 @@ class ContinuousBatchingEngine:
                 self._compact()
             return []
         entries = [self.waiting.popleft() for _ in range(take)]
-        slots = free[:take]
         rows = [e if isinstance(e, _Row) else self._new_row(e) for e in entries]
-        contexts = [row.context() for row in rows]  # a new request's is its prompt
-        new_cache, new_attention, logits = self._prefill(contexts)
-        self._splice(slots, new_cache, new_attention)
-        for slot, row, context in zip(slots, rows, contexts, strict=True):
-            self.rows[slot] = row
-            self.positions[slot] = len(context)
+        # New requests and rows whose cache must be rebuilt: a prefill of their context (a
+        # new request's is its prompt); rows back from a tool call with their cache: only
+        # the tokens after it (the last drawn one, the result).
+        fresh = [row for row in rows if row.saved is None]
+        resumed = [row for row in rows if row.saved is not None]
+        slots, logits = free[:take], []
+        for group, slots_of in ((fresh, slots[:len(fresh)]), (resumed, slots[len(fresh):])):
+            if not group:
+                continue
+            if group is fresh:
+                new_cache, new_attention, group_logits = self._prefill(
+                    [row.context() for row in group])
+            else:
+                new_cache, new_attention, group_logits = self._extend(group)
+            self._splice(slots_of, new_cache, new_attention)
+            for slot, row in zip(slots_of, group, strict=True):
+                self.rows[slot] = row
+                self.positions[slot] = len(row.context())
+                row.saved = None
+            logits.append(group_logits)
         self.stats.prefills += take
-        finished = self._append(slots, logits)
+        finished = self._append(slots, torch.cat(logits))
         if not self.waiting and any(r is None for r in self.rows):
             self._compact()
         return finished
@@ -252,6 +274,37 @@ class ContinuousBatchingEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         logits, cache = cached_forward(self.model, None, input_ids=ids, attention_mask=attention,
                                        position_ids=positions)
+        return cache, attention, logits[:, -1, :]
+
+    def _extend(self, rows: list[_Row]):
+        """One forward of the tokens each row has not fed yet, over its saved keys and
+        values: their cache (saved and new columns, padding masked), mask and last logits."""
+        pasts = [row.saved for row in rows]
+        fed = [keys.shape[2] for keys, _ in pasts]
+        new = [row.context()[n:] for row, n in zip(rows, fed, strict=True)]
+        past_width, new_width = max(fed), max(len(t) for t in new)
+        keys0, _ = pasts[0]
+        layers, heads, _, dim = keys0.shape
+        dtype = _compute_dtype(self.model, self.device)
+        past_keys = keys0.new_zeros((layers, len(rows), heads, past_width, dim), dtype=dtype)
+        past_values = torch.zeros_like(past_keys)
+        ids = torch.full((len(rows), new_width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), past_width + new_width), dtype=torch.long)
+        positions = torch.zeros((len(rows), new_width), dtype=torch.long)
+        for i, ((keys, values), n, tokens) in enumerate(zip(pasts, fed, new, strict=True)):
+            past_keys[:, i, :, past_width - n:] = keys.to(dtype)
+            past_values[:, i, :, past_width - n:] = values.to(dtype)
+            ids[i, new_width - len(tokens):] = torch.tensor(tokens)
+            attention[i, past_width - n:past_width] = 1
+            attention[i, past_width + new_width - len(tokens):] = 1
+            positions[i, new_width - len(tokens):] = torch.arange(n, n + len(tokens))
+        past = DynamicCache()
+        for layer in range(layers):
+            past.update(past_keys[layer], past_values[layer], layer)
+        attention = attention.to(self.device)
+        logits, cache = cached_forward(self.model, past, input_ids=ids.to(self.device),
+                                       attention_mask=attention,
+                                       position_ids=positions.to(self.device))
         return cache, attention, logits[:, -1, :]
 
     def _splice(self, slots: list[int], new_cache, new_attention: torch.Tensor) -> None:

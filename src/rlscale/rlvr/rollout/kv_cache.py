@@ -100,6 +100,14 @@ class KVCache:
         self.start, self.end = start, start + width
 
     # -- rows ------------------------------------------------------------------------------
+    def row_state(self, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the keys and values `row` attends to, in order: [layers, kv_heads, n,
+        head_dim] each (a parked request's, to resume from)."""
+        used = (self.bias[row, 0, 0, self.start:self.end] == 0).nonzero().squeeze(-1)
+        columns = used + self.start
+        return (self.keys[:, row][:, :, columns].clone(),
+                self.values[:, row][:, :, columns].clone())
+
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Keep only `rows`, in that order (finished rows leave the batch)."""
         self.keys, self.values = self.keys[:, rows], self.values[:, rows]
