@@ -293,7 +293,7 @@ def test_process_cap_and_a_fresh_directory_per_call(python_runner):
                            "print(os.getcwd(), os.environ['HOME'], *sorted(os.listdir('/')))")
     cwd, home, *top = result.text.split()
     assert (cwd, home) == ("/work", "/work")
-    # the system and the Python installation (/usr, /lib, ... or /root/.pyenv), nothing else
+    # the system and the Python installation (/usr, /lib, ... and the interpreter's own prefix), nothing else
     shown = {path.split("/")[1] for path in sandbox.visible_paths()}
     assert set(top) == shown | {"dev", "tmp", "work"} and "etc" not in top and "home" not in top
     assert run_contained(python_runner, "import os\nos.listdir('.')").text == "[]"
