@@ -71,14 +71,9 @@ def policy_batch(group: RolloutGroup, advantages: torch.Tensor, pad_token_id: in
 def policy_trainer(model, cfg: RLVRConfig) -> PolicyTrainer:
     """The learner of a run of `cfg` on `model` (no reference: the KL term needs none at
     kl_coef 0, which is what the measurements here use), as `rlvr.loop` builds it."""
-    t = cfg.train
     device = next(model.parameters()).device
-    return PolicyTrainer(
-        model, None, cfg.resolved_objective(), lr=t.lr, weight_decay=t.weight_decay,
-        warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
-        epochs=t.epochs, micro_batch_size=t.micro_batch_size,
-        temperature=cfg.rollout.temperature, micro_batch_tokens=t.micro_batch_tokens,
-        pack=t.pack, compute_dtype=resolve_compute_dtype(t.compute_dtype, device).name)
+    return PolicyTrainer.for_run(model, None, cfg.resolved_objective(), cfg,
+                                 resolve_compute_dtype(cfg.train.compute_dtype, device).name)
 
 
 @dataclass(frozen=True)

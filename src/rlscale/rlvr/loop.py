@@ -142,12 +142,8 @@ class RLVRRun:
         self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer
                                      ).to(self.device)
                         if self.objective.uses_teacher else None)
-        self.trainer = PolicyTrainer(
-            self.model, self.reference, self.objective, lr=t.lr, weight_decay=t.weight_decay,
-            warmup_steps=t.warmup_steps, grad_clip=t.grad_clip, minibatches=t.minibatches,
-            epochs=t.epochs, micro_batch_size=t.micro_batch_size,
-            temperature=cfg.rollout.temperature, micro_batch_tokens=t.micro_batch_tokens,
-            pack=t.pack, compute_dtype=self.compute_dtype)
+        self.trainer = PolicyTrainer.for_run(self.model, self.reference, self.objective, cfg,
+                                             self.compute_dtype)
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
         # Where batches come from: the sampler on this model, or the fleet (set in train()).

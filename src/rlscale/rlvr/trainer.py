@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -11,6 +12,9 @@ from ..runtime.device import compute_context
 from . import lora, objectives
 from .layout import sequence_lengths
 from .logprobs import completion_logprobs
+
+if TYPE_CHECKING:
+    from .config import RLVRConfig
 
 
 @dataclass
@@ -180,6 +184,18 @@ def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
 
 class PolicyTrainer:
     """The learner side of RLVR: owns the trainable model, the reference and the optimiser."""
+
+    @classmethod
+    def for_run(cls, model, reference, objective: objectives.Objective, cfg: RLVRConfig,
+                compute_dtype: str) -> PolicyTrainer:
+        """The trainer of a run of `cfg` (its `train.*` and sampling temperature)."""
+        t = cfg.train
+        return cls(model, reference, objective, lr=t.lr, weight_decay=t.weight_decay,
+                   warmup_steps=t.warmup_steps, grad_clip=t.grad_clip,
+                   minibatches=t.minibatches, epochs=t.epochs,
+                   micro_batch_size=t.micro_batch_size, temperature=cfg.rollout.temperature,
+                   micro_batch_tokens=t.micro_batch_tokens, pack=t.pack,
+                   compute_dtype=compute_dtype)
 
     def __init__(self, model, reference, objective: objectives.Objective, *, lr: float,
                  weight_decay: float, warmup_steps: int, grad_clip: float, minibatches: int,
