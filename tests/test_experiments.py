@@ -19,6 +19,7 @@ from rlscale.experiments import (
     kl_anchor,
     length_norm,
     pass_at_k,
+    tool_use,
 )
 from rlscale.experiments.record import FIGURE_NAME, load_result
 from rlscale.experiments.registry import EXPERIMENTS
@@ -199,6 +200,28 @@ def baseline_variance_numbers(rloo_scale, noise=(0.0,) * 3):
             "completions": 16, "batches": 4, "per_seed": per_seed_}
 
 
+def tool_use_numbers(hard_gain, noise=(0.0,) * 3):
+    """Five levels (2-6 terms); GRPO with tools `hard_gain` above GRPO without on 5-6 terms
+    (plus the seed's noise); the calls it adds go to the hard prompts."""
+    levels = ["2", "3", "4", "5", "6"]
+
+    def figures(accuracy, calls):
+        return {"pass@1": sum(accuracy) / 5, "accuracy": dict(zip(levels, accuracy, strict=True)),
+                "share": {level: 0.2 for level in levels}, "calls": dict(zip(levels, calls, strict=True)),
+                "calls_per_rollout": sum(calls) / 5}
+
+    plain = [0.8, 0.6, 0.4, 0.3, 0.2]
+    models = {
+        "base": [figures([0.6, 0.4, 0.2, 0.1, 0.05], [0] * 5)] * 3,
+        "base_tools": [figures([0.6, 0.4, 0.2, 0.1, 0.05], [0.3, 0.6, 0.9, 1.2, 1.5])] * 3,
+        "grpo": [figures(plain, [0] * 5)] * 3,
+        "grpo_tools": [figures([*plain[:3], *(a + hard_gain + e for a in plain[3:])],
+                               [0.3, 0.8, 1.5, 2.4, 3.5]) for e in noise],
+        "grpo_tools_removed": [figures([0.5, 0.3, 0.1, 0.05, 0.0], [0] * 5)] * 3}
+    return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 2, "models": models,
+            "curves": {"steps": [1, 2], "calls": [[1.0, 1.5]] * 3}}
+
+
 SYNTHETIC = {
     "pass_at_k": (pass_at_k, {
         # GRPO wins at k = 1, the base catches up and passes it: the curves cross
@@ -232,6 +255,11 @@ SYNTHETIC = {
         "supports": baseline_variance_numbers(0.5),
         "contradicts": baseline_variance_numbers(2.0),
         "inconclusive": baseline_variance_numbers(0.9, tuple(5 * n for n in NOISE))}),
+    "tool_use": (tool_use, {
+        "supports": tool_use_numbers(0.3),
+        "contradicts": tool_use_numbers(-0.3),
+        # 5 points on the hard part: on the right side, short of the 10-point target
+        "inconclusive": tool_use_numbers(0.05)}),
 }
 
 

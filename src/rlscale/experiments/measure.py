@@ -31,6 +31,7 @@ from ..rlvr.rollout.groups import RolloutGroup
 from ..rlvr.rollout.sampler import SamplingParams, generate
 from ..rlvr.rollout_source import InProcessRollouts
 from ..rlvr.tasks import Task, examples, make_task
+from ..rlvr.tool_turns import RunnerToolTurns
 from ..rlvr.trainer import PolicyBatch, PolicyTrainer, build_policy_batch
 from ..runtime.device import resolve_compute_dtype
 
@@ -40,13 +41,20 @@ def run_task(cfg: RLVRConfig) -> Task:
 
 
 def pass_at(model_path: Path, cfg: RLVRConfig, *, split: str, seed: int, prompts: int,
-            samples: int, ks: tuple[int, ...]) -> EvalResult:
-    """Held-out pass@k of a model with the task, token budget and temperature of the run
-    config `cfg` (as `rlscale rlvr eval --config` measures it)."""
+            samples: int, ks: tuple[int, ...], tools: bool = True) -> EvalResult:
+    """Held-out pass@k of a model with the task, token budget, temperature and tools
+    (rollout.tools; none with `tools=False`) of the run config `cfg` (as `rlscale rlvr eval
+    --config` measures it)."""
     model, tokenizer = load_model(model_path)
-    return evaluate(model, tokenizer, run_task(cfg), split=split, seed=seed, prompts=prompts,
-                    samples=samples, ks=ks, max_new_tokens=cfg.rollout.max_new_tokens,
-                    temperature=cfg.eval.temperature)
+    with contextlib.ExitStack() as stack:
+        turns = None
+        if tools and cfg.rollout.tools.tools:
+            turns = RunnerToolTurns.from_config(cfg.rollout.tools, tokenizer)
+            stack.callback(turns.close)
+        return evaluate(model, tokenizer, run_task(cfg), split=split, seed=seed,
+                        prompts=prompts, samples=samples, ks=ks,
+                        max_new_tokens=cfg.rollout.max_new_tokens,
+                        temperature=cfg.eval.temperature, tools=turns)
 
 
 @contextlib.contextmanager

@@ -10,10 +10,11 @@ from . import (
     kl_anchor,
     length_norm,
     pass_at_k,
+    tool_use,
 )
 from .spec import Experiment
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
-    baseline_variance.EXPERIMENT)}
+    baseline_variance.EXPERIMENT, tool_use.EXPERIMENT)}

@@ -45,7 +45,11 @@ class Scale:
     seeds: int                  # the default number of seeds
 
     def task_overrides(self) -> list[str]:
-        return [f"task.options={json.dumps(self.task_options)}"] if self.task_options else []
+        return task_overrides(self.task_options)
+
+
+def task_overrides(options: dict[str, Any]) -> list[str]:
+    return [f"task.options={json.dumps(options)}"] if options else []
 
 
 QUICK = Scale("quick", QUICK_TASK,
@@ -74,12 +78,26 @@ class Context:
 
 
 @dataclass(frozen=True)
+class BaseVariant:
+    """An SFT base of some arms' own: the shared base's SFT with more task options (e.g.
+    demonstrations that call the calculator), built once in OUT/base-NAME."""
+
+    name: str
+    task_options: tuple[tuple[str, Any], ...]
+
+    def options(self, scale: Scale) -> dict[str, Any]:
+        return {**scale.task_options, **dict(self.task_options)}
+
+
+@dataclass(frozen=True)
 class Arm:
     """One setting an experiment trains, once per seed: a label and its overrides on
-    configs/rlvr/reasoning.yaml (beyond the scale's)."""
+    configs/rlvr/reasoning.yaml (beyond the scale's); `base`: an SFT base of its own instead
+    of the shared one."""
 
     label: str
     overrides: tuple[str, ...] = ()
+    base: BaseVariant | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,7 @@ class TrainedArm:
     seed: int
     run_dir: Path
     final: Path
+    base: Path                  # the SFT base model it started from
     overrides: tuple[str, ...]  # everything set on configs/rlvr/reasoning.yaml (paths too)
     recipe: tuple[str, ...]     # the same without the paths and the progress bar
 
@@ -105,16 +124,21 @@ class TrainedArm:
 BASE_FREE_FIELDS = ("progress", "tensorboard", "threads", "logging.*", "run_dir", "out")
 
 
-def base_model(root: Path, scale: Scale, *, progress: bool = True) -> Path:
-    """The SFT base model of `root` (an experiments folder) at `scale`: built on first use
-    with the library's `sft`, reused afterwards (every experiment in `root` starts from
-    it); a base built with another config is an error, not a silent mismatch."""
+def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
+               progress: bool = True) -> Path:
+    """The SFT base model of `root` (an experiments folder) at `scale`, or its `variant`:
+    built on first use with the library's `sft`, reused afterwards (every experiment in
+    `root` starts from it); a base built with another config is an error, not a silent
+    mismatch."""
     from ..rlvr.config import SFTConfig
     from ..rlvr.distill import sft
 
-    run_dir = root / "base"
+    if variant is None:
+        run_dir, options = root / "base", scale.task_options
+    else:
+        run_dir, options = root / f"base-{variant.name}", variant.options(scale)
     cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
-                      [*scale.sft, *scale.task_overrides(), f"out={run_dir / 'model'}",
+                      [*scale.sft, *task_overrides(options), f"out={run_dir / 'model'}",
                        f"run_dir={run_dir}", f"progress={str(progress).lower()}"])
     model = Path(cfg.out)
     if (model / "config.json").is_file():
@@ -150,7 +174,9 @@ def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     from ..rlvr.loop import train
 
     run_dir = ctx.out / "arms" / f"{arm.label}_s{seed}"
-    overrides = (f"model.path={ctx.base}", f"run_dir={run_dir}", *recipe(ctx.scale, arm, seed),
+    base = ctx.base if arm.base is None else base_model(ctx.out.parent, ctx.scale,
+                                                        variant=arm.base, progress=ctx.progress)
+    overrides = (f"model.path={base}", f"run_dir={run_dir}", *recipe(ctx.scale, arm, seed),
                  f"progress={str(ctx.progress).lower()}")
     cfg = load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(overrides))
     if not cfg.checkpoint.every:
@@ -161,7 +187,7 @@ def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     except RunDirError as exc:  # the loop's words are about `rlvr train`'s flags
         raise RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
                           "--overwrite to retrain the arms, or another --out") from None
-    return TrainedArm(arm, seed, run_dir, final, overrides, recipe(ctx.scale, arm, seed))
+    return TrainedArm(arm, seed, run_dir, final, base, overrides, recipe(ctx.scale, arm, seed))
 
 
 def train_arms(ctx: Context, arms: list[Arm],
