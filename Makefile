@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm test-vllm demo demo-reasoning test lint docs-config clean
+.PHONY: install install-vllm test-vllm demo demo-reasoning test lint bench docs-config clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -50,6 +50,13 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+
+# rlscale's GRPO step against TRL's GRPOTrainer, side by side (benchmarks/vs_trl.py; TRL is
+# the `bench` extra). BENCH_ARGS narrows it, e.g. BENCH_ARGS="--models tiny --precision fp32".
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python -c "import trl" 2>/dev/null || $(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/vs_trl.py $(BENCH_ARGS)
 
 # docs/config.md from the pydantic configs; tests/test_config_docs.py fails when it is stale.
 docs-config: $(STAMP)

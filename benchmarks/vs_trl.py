@@ -1,7 +1,7 @@
 """rlscale against Hugging Face TRL's `GRPOTrainer`: wall time per GRPO step, side by side.
 
-    .venv/bin/pip install -e '.[bench]'          # TRL, once
-    .venv/bin/python benchmarks/vs_trl.py        # the full table into runs/vs_trl/
+    make bench                                   # TRL into .venv once, then the full table
+    .venv/bin/python benchmarks/vs_trl.py        # the same table into runs/vs_trl/
     .venv/bin/python benchmarks/vs_trl.py --models tiny --tokens 16 --steps 2 --warmup 1 \
         --repeats 1                              # a smoke run (about a minute)
 
@@ -247,6 +247,18 @@ def prompt_tokens() -> float:
                            for ex in examples)
 
 
+def cpu_flags() -> str:
+    """The CPU's matmul-relevant flags (which decide whether bf16 is native), for the record."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    found = [f for f in wanted if f in line.split()]
+    return " ".join(found) or "none of " + ", ".join(wanted)
+
+
 def lower_bound(params: float, prompt: float, tokens: int, rates: dict, precision: str) -> float:
     """Seconds a step cannot go below here: each of `tokens` decode steps reads the fp32
     weights once (at the measured bandwidth) or does its 2 N FLOPs per row (at matmul peak),
@@ -295,7 +307,8 @@ def summary(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny,small,medium")
-    parser.add_argument("--tokens", default="16,64", help="completion tokens, comma-separated")
+    parser.add_argument("--tokens", default="16,128,256",
+                        help="completion tokens, comma-separated")
     parser.add_argument("--steps", type=int, default=10, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped at each run's start")
     parser.add_argument("--repeats", type=int, default=3)
@@ -325,7 +338,7 @@ def main() -> None:
     models, token_counts = args.models.split(","), [int(t) for t in args.tokens.split(",")]
     versions = {name: version(name) for name in ("torch", "transformers", "trl")}
     print(f"torch {versions['torch']}, transformers {versions['transformers']}, "
-          f"trl {versions['trl']}; {args.threads} thread(s)")
+          f"trl {versions['trl']}; {args.threads} thread(s); CPU flags: {cpu_flags()}")
     print(f"workload: arithmetic, {PROMPTS} prompts x {GROUP} completions per step, temperature "
           f"{TEMPERATURE}, AdamW lr {LR}, CPU; random-init models (EOS is rare: every batch "
           f"decodes the full budget); {args.warmup} warmup + {args.steps} measured steps per "
@@ -357,8 +370,8 @@ def main() -> None:
                       f"({time.perf_counter() - t0:.0f} s with start-up)", file=sys.stderr)
     print("\n| precision | model | completion tokens | rlscale min / median s | TRL min / median s | "
           "TRL / rlscale | rlscale collect / train s | TRL generate+score / rest s | "
-          "mean length rlscale / TRL | lower bound s | rlscale / bound |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "mean length rlscale / TRL | lower bound s | rlscale / bound | TRL / bound |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     cell_results = []
     for precision, name, tokens in cells:
         ours, theirs = (summary(runs[precision, name, tokens][s]) for s in ("rlscale", "trl"))
@@ -372,7 +385,7 @@ def main() -> None:
               f"{ratio:.2f}x | {ours['collect_median_s']:.3f} / {ours['train_median_s']:.3f} | "
               f"{theirs['collect_median_s']:.3f} / {theirs['train_median_s']:.3f} | "
               f"{ours['mean_length']:.1f} / {theirs['mean_length']:.1f} | {bound:.3f} | "
-              f"{ours['median_s'] / bound:.2f}x |")
+              f"{ours['median_s'] / bound:.2f}x | {theirs['median_s'] / bound:.2f}x |")
         cell_results.append({"precision": precision, "model": name, "params_m": params[name],
                              "tokens": tokens, "rlscale": ours, "trl": theirs,
                              "trl_over_rlscale": ratio, "lower_bound_s": bound,
