@@ -7,6 +7,7 @@ in `$VLLM_VENV`, default `.venv-vllm`; CUDA: `make install-vllm VLLM_EXTRA=vllm`
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -19,14 +20,16 @@ from rlscale.rlvr.model import build_tiny_model  # noqa: E402
 from rlscale.rlvr.rollout.sampler import _top_p_filter  # noqa: E402
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest  # noqa: E402
 from rlscale.rlvr.rollout.vllm_engine import VLLMEngine, VLLMNotInstalled  # noqa: E402
+from stub_tools import EveryNthToken  # noqa: E402
 
 PROMPTS = [(1, 20, 21, 22), (1, 30), (1, 40, 41, 42, 43, 44, 45), (1, 50, 51)]
 # Eager mode: torch.compile would add ~40 s to every engine start on these CPUs.
 EAGER = {"enforce_eager": True}
 
 
-def engine(path, sampling, **kwargs) -> VLLMEngine:
-    return VLLMEngine(path, sampling, max_slots=4, seed=0, engine_kwargs=EAGER, **kwargs)
+def engine(path, sampling, slots=4, **kwargs) -> VLLMEngine:
+    return VLLMEngine(path, sampling, max_slots=slots, seed=0, engine_kwargs=EAGER,
+                      **kwargs)
 
 
 def add_all(eng, prompts, max_new_tokens, first_id=0):
@@ -157,6 +160,68 @@ def test_abort_all_and_close_leave_nothing(tiny_model_dir):
     eng.close()
     after = {n for n in os.listdir("/dev/shm") if n.startswith(("psm_", "rlscale-vllm-"))}
     assert after <= before
+
+
+RESULT = [20, 21, 22]   # a tool's result, as token ids
+
+
+def test_a_tool_call_leaves_vllm_and_resumes_with_the_result_in_its_context(tiny_model_dir,
+                                                                          hf_model):
+    """Greedy: after the call, the tokens are the model's over the whole context (prompt,
+    tokens, result); the result is masked, with no log-prob of the policy's."""
+    tools = EveryNthToken(RESULT, after=3, latency_s=0.05)
+    with engine(tiny_model_dir, EngineSampling(temperature=0.0), tools=tools) as eng:
+        add_all(eng, PROMPTS, 12)
+        done = {c.request_id: c for c in eng.run()}
+        assert not eng.parked and not eng.has_unfinished()
+    compared = 0
+    for rid, c in done.items():
+        if len(c) <= 3:
+            continue  # ended (EOS) before its call
+        assert tools.calls[rid] == 1 and c.tool_calls == 1
+        assert c.token_ids[3:6] == RESULT
+        assert c.tool_mask == [0] * 3 + [1] * 3 + [0] * (len(c) - 6)
+        assert c.logprobs == [0.0] * len(c)
+        context = tuple(PROMPTS[rid]) + tuple(c.token_ids[:6])
+        expected = greedy_reference(hf_model, context, len(c) - 6)
+        assert c.token_ids[6:] == expected
+        compared += 1
+    assert compared >= 3
+
+
+def test_sampled_tokens_after_a_call_carry_mu_over_the_full_context(tiny_model_dir, hf_model):
+    sampling = EngineSampling(temperature=0.8, ignore_eos=True)
+    tools = EveryNthToken(RESULT, after=2, max_calls=2)
+    with engine(tiny_model_dir, sampling, tools=tools) as eng:
+        add_all(eng, PROMPTS, 12)
+        done = eng.run()
+    assert len(done) == len(PROMPTS)
+    for c in done:
+        assert c.tool_calls == 2 and len(c) == 12
+        tool = torch.tensor(c.tool_mask, dtype=torch.bool)
+        expected = reference_logprobs(hf_model, c, sampling)
+        assert torch.allclose(torch.tensor(c.logprobs)[~tool], expected[~tool], atol=1e-4,
+                              rtol=0)
+
+
+def test_a_parked_request_gives_its_place_to_others_and_abort_drops_it(tiny_model_dir):
+    """One sequence slot: while request 0 waits on a slow tool, request 1 runs to its end."""
+    tools = EveryNthToken(RESULT, after=2, latency_s=1.0)
+    with engine(tiny_model_dir, EngineSampling(ignore_eos=True), tools=tools,
+                slots=1) as eng:
+        eng.add_request(GenerationRequest(0, PROMPTS[0], 8))
+        eng.add_request(GenerationRequest(1, PROMPTS[1], 2))
+        order = []
+        while eng.has_unfinished():
+            order += [c.request_id for c in eng.step()]
+        assert order == [1, 0]
+        add_all(eng, PROMPTS[:2], 8, first_id=10)
+        while not eng.parked:
+            eng.step()
+        assert sorted(eng.abort_all()) == [10, 11]
+        assert not eng.has_unfinished() and not eng.parked
+        time.sleep(1.2)  # the parked request's result comes back: ignored
+        assert eng.step() == []
 
 
 def test_missing_vllm_names_the_extra(tiny_model_dir, monkeypatch):

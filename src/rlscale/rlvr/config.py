@@ -267,14 +267,6 @@ class RLVRConfig(StrictModel):
     progress: bool = True
 
     @model_validator(mode="after")
-    def _tools_on_the_native_engine(self) -> RLVRConfig:
-        if self.rollout.tools.tools and self.rollout.engine == "vllm" and \
-                self.runtime.mode != "sync":
-            raise ValueError("rollout.tools runs on the native engine only (rollout.engine "
-                             "native); tool calls through vLLM are not built yet")
-        return self
-
-    @model_validator(mode="after")
     def _lora_in_the_sync_loop(self) -> RLVRConfig:
         if self.model.lora is not None and self.runtime.mode != "sync":
             raise ValueError("model.lora trains in runtime.mode sync only (the fleets publish "

