@@ -78,7 +78,7 @@ from rlscale.zero import mcts as mcts_module
 from rlscale.zero import selfplay as selfplay_module
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.games import make_game
-from rlscale.zero.network import PolicyValueNet, network_for
+from rlscale.zero.network import PolicyValueNet, network_for, precision_workload, selfplay_batch
 from rlscale.zero.selfplay import Actor, PlayStats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -395,7 +395,9 @@ def rates(window: Window, plies_per_game: float) -> dict[str, float]:
 
 def measure_cell(recipe: Recipe, cfg: ZeroConfig, precision: str, args: argparse.Namespace,
                  device: torch.device) -> dict[str, Any]:
-    resolved = resolve_compute_dtype(precision, device)
+    probe_net = network_for(make_game(cfg.game.name, **cfg.game.kwargs), cfg.network).to(device)
+    resolved = resolve_compute_dtype(precision, device, precision_workload(
+        probe_net, selfplay_batch(cfg.selfplay.concurrent_games, cfg.mcts.leaves_per_call)))
     dtype = resolved.name
     print(f"[{recipe.name}, {precision}{'' if precision == dtype else f' -> {dtype}'}] "
           f"{resolved.describe()}", flush=True)

@@ -1,5 +1,6 @@
-"""`compute_dtype: auto` decides by a measured matmul probe, cached per machine and torch
-version, for both loops (the probe itself stubbed: tests check the decision, not timings)."""
+"""`compute_dtype: auto` decides by measuring: the run's own model in both precisions (a
+matmul probe for a model too big to time in a moment), cached per machine, torch version,
+threads and model shape, for both loops (the timings stubbed: tests check the decision)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def stub_rates(monkeypatch, fp32: float, bf16: float) -> list[torch.dtype]:
     return calls
 
 
+def stub_workload_rates(monkeypatch, fp32: float, bf16: float) -> list[str]:
+    """Stands in for timing a workload; records the keys of the workloads it was asked for."""
+    keys: list[str] = []
+
+    def fake(workload, device, *args, **kwargs):
+        keys.append(workload.key)
+        return fp32, bf16
+
+    monkeypatch.setattr(dev, "measure_workload_rates", fake)
+    return keys
+
+
 @pytest.mark.parametrize(("fp32", "bf16", "chosen"), [
     (171.0, 765.0, "bfloat16"),   # the AMD EPYC of MACHINE_NOTES: bf16 ~4x faster
     (200.0, 81.0, "float32"),     # the Intel Xeon with avx512_bf16, no AMX: ~2x slower
@@ -39,7 +52,8 @@ def test_auto_follows_the_probe_not_the_flags(probe_cache, monkeypatch, fp32, bf
     resolved = dev.resolve_compute_dtype("auto", torch.device("cpu"))
     assert resolved.name == chosen
     m = resolved.metrics()
-    assert m["precision/float32_gflops"] == fp32 and m["precision/bfloat16_gflops"] == bf16
+    assert m["precision/float32_rate"] == fp32 and m["precision/bfloat16_rate"] == bf16
+    assert m["precision/probed_workload"] == 0.0
     assert m["precision/bfloat16"] == float(chosen == "bfloat16")
     assert chosen in resolved.describe()
 
@@ -59,7 +73,7 @@ def test_the_probe_is_cached_per_machine_torch_version_and_threads(probe_cache, 
     again = dev.precision_probe(torch.device("cpu"))
     assert again.cached and again.choice == first.choice and len(calls) == 2
     entry = next(iter(json.loads(probe_cache.read_text()).values()))
-    assert entry["float32_gflops"] == 100.0
+    assert entry["float32_rate"] == 100.0
     # Another torch build measures again (its kernels may differ).
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
     dev.precision_probe(torch.device("cpu"))
@@ -79,7 +93,7 @@ def test_an_unusable_cache_only_costs_a_measurement(tmp_path, monkeypatch):
     corrupt.mkdir()
     (corrupt / "precision_probe.json").write_text("{not json")
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(corrupt))
-    assert dev.precision_probe(torch.device("cpu")).float32_gflops == 100.0
+    assert dev.precision_probe(torch.device("cpu")).float32_rate == 100.0
 
 
 def test_the_real_probe_is_short_and_positive():
@@ -92,7 +106,8 @@ def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch)
     from rlscale.zero.config import ZeroConfig
     from rlscale.zero.loop import ZeroRun
 
-    stub_rates(monkeypatch, 100.0, 400.0)
+    matmul = stub_rates(monkeypatch, 1.0, 1000.0)  # would say bf16: not asked
+    keys = stub_workload_rates(monkeypatch, 10.0, 40.0)
     run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
     assert run.precision.name == "bfloat16"
     assert run.actor.net.compute_dtype == "bfloat16"
@@ -104,7 +119,10 @@ def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch)
     fp32_priors, _ = run.actor.net.evaluate(planes)
     assert abs(priors - fp32_priors).max() < 0.05  # the same function, rounded
 
-    stub_rates(monkeypatch, 200.0, 81.0)
+    assert matmul == [] and len(keys) == 1 and keys[0].startswith("zero PolicyValueNet")
+    assert run.precision.metrics()["precision/probed_workload"] == 1.0
+
+    stub_workload_rates(monkeypatch, 20.0, 8.1)
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(probe_cache.parent.parent / "other"))
     run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
     assert run.actor.net.compute_dtype == "float32"
@@ -121,3 +139,52 @@ def test_the_probe_leaves_the_global_rng_alone():
     torch.manual_seed(7)
     measure_matmul_gflops(torch.float32, torch.device("cpu"), shapes=((8, 8, 8),), seconds=0.01)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_workload_decides_over_the_matmul_probe_and_is_cached_by_its_key(probe_cache,
+                                                                          monkeypatch):
+    """Where bf16 matmuls are faster, a small model may still run slower in bf16 (measured:
+    2.3x faster matmuls, a 1.7x slower GRPO step on the 0.8 M reasoning model): the model's
+    own passes decide."""
+    matmul = stub_rates(monkeypatch, 100.0, 400.0)
+    keys = stub_workload_rates(monkeypatch, 8.0, 6.0)
+    small = dev.Workload("lm small", lambda: None)
+    resolved = dev.resolve_compute_dtype("auto", torch.device("cpu"), small)
+    assert resolved.name == "float32" and matmul == [] and keys == ["lm small"]
+    assert "the model's own passes" in resolved.describe()
+    assert dev.resolve_compute_dtype("auto", torch.device("cpu"), small).probe.cached
+    assert keys == ["lm small"]  # read from the cache
+    stub_workload_rates(monkeypatch, 8.0, 12.0)
+    other = dev.resolve_compute_dtype("auto", torch.device("cpu"), dev.Workload("lm big", print))
+    assert other.name == "bfloat16" and not other.probe.cached
+    # No workload (a model too big to time): the matmul probe, cached apart from both.
+    assert dev.resolve_compute_dtype("auto", torch.device("cpu")).name == "bfloat16"
+    assert len(matmul) == 2 and len(json.loads(probe_cache.read_text())) == 3
+
+
+def test_the_language_model_workload_is_short_and_leaves_the_model_alone():
+    from rlscale.rlvr import model as lm
+
+    model, _ = lm.build_tiny_model("tiny", seed=0)
+    model.train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    workload = lm.precision_workload(model)
+    assert workload is not None and workload.key.startswith("lm LlamaForCausalLM")
+    assert workload.key == lm.precision_workload(lm.build_tiny_model("tiny", seed=1)[0]).key
+    torch.manual_seed(3)
+    expected = torch.rand(2)
+    torch.manual_seed(3)
+    fp32, bf16 = dev.measure_workload_rates(workload, torch.device("cpu"), seconds=0.01,
+                                            rounds=1)
+    assert torch.equal(torch.rand(2), expected)  # the global RNG did not move
+    assert fp32 > 0 and bf16 > 0
+    assert model.training and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_a_model_too_big_to_time_falls_back_to_the_matmul_probe(monkeypatch):
+    from rlscale.rlvr import model as lm
+
+    model, _ = lm.build_tiny_model("tiny", seed=0)
+    monkeypatch.setattr(lm, "WORKLOAD_MAX_GFLOP", 0.1)
+    assert lm.precision_workload(model) is None

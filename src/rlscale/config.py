@@ -31,9 +31,10 @@ M = TypeVar("M", bound=StrictModel)
 Device = Literal["auto", "cpu", "cuda"]
 DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
 ComputeDtypeName = Literal["auto", "float32", "bfloat16"]
-COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 where a matmul "
-                      "probe on this device measures it faster than float32 (cached per "
-                      "machine, torch version and thread count), else float32")
+COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 where the run's "
+                      "own model (a matmul probe for one too big to time) runs >= 1.15x faster "
+                      "in it than in float32 on this device (cached per machine, torch "
+                      "version, thread count and model shape), else float32")
 
 
 class LoggingConfig(StrictModel):

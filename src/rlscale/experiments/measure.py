@@ -25,7 +25,7 @@ from ..rlvr import objectives
 from ..rlvr.config import RLVRConfig
 from ..rlvr.evaluate import EvalResult, evaluate
 from ..rlvr.logprobs import completion_logprobs
-from ..rlvr.model import PromptFormatter, load_model
+from ..rlvr.model import PromptFormatter, load_model, precision_workload
 from ..rlvr.rewards import VerifierPool
 from ..rlvr.rollout.groups import RolloutGroup
 from ..rlvr.rollout.sampler import SamplingParams, generate
@@ -81,7 +81,8 @@ def policy_trainer(model, cfg: RLVRConfig) -> PolicyTrainer:
     kl_coef 0, which is what the measurements here use), as `rlvr.loop` builds it."""
     device = next(model.parameters()).device
     return PolicyTrainer.for_run(model, None, cfg.resolved_objective(), cfg,
-                                 resolve_compute_dtype(cfg.train.compute_dtype, device).name)
+                                 resolve_compute_dtype(cfg.train.compute_dtype, device,
+                                                       precision_workload(model)).name)
 
 
 @dataclass(frozen=True)

@@ -203,8 +203,11 @@ class HealthConfig(StrictModel):
 
 
 # Fields a `--resume` may change without --allow-config-change: they change speed or logging,
-# never the math of a step (train.steps may only grow; the loop checks that).
-RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "train.post_update_stats",
+# never the math of a step (train.steps may only grow; the loop checks that). The compute
+# dtype changes rounding only (fp32 master weights either way), and `auto` may decide
+# otherwise on the machine a run resumes on.
+RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "train.compute_dtype",
+                      "train.post_update_stats",
                       "train.post_update_stats_every", "train.micro_batch_size",
                       "train.micro_batch_tokens", "train.pack", "train.gradient_checkpointing",
                       "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",

@@ -32,7 +32,13 @@ from ..runtime.trackers import open_trackers
 from . import lora, objectives
 from .config import SFTConfig
 from .logprobs import completion_logprobs
-from .model import PromptFormatter, build_tiny_model, load_model, load_teacher
+from .model import (
+    PromptFormatter,
+    build_tiny_model,
+    load_model,
+    load_teacher,
+    precision_workload,
+)
 from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
 from .trainer import build_policy_batch
@@ -168,7 +174,7 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         model, tokenizer = load_model(cfg.model.path, cfg.model.dtype)
     device = resolve_device(cfg.device)
     model.to(device)
-    precision = resolve_compute_dtype(cfg.compute_dtype, device)
+    precision = resolve_compute_dtype(cfg.compute_dtype, device, precision_workload(model))
     print(precision.describe())
     settings = cfg.model.lora if cfg.model is not None else None
     if settings is not None:

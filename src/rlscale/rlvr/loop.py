@@ -47,6 +47,7 @@ from .model import (
     enable_activation_checkpointing,
     load_model,
     load_teacher,
+    precision_workload,
 )
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, step_seed
@@ -119,9 +120,6 @@ class RLVRRun:
         preflight(cfg)
         if cfg.train.threads:  # before the precision probe: it measures at this thread count
             torch.set_num_threads(cfg.train.threads)
-        self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device)
-        self.compute_dtype = self.precision.name
-        print(self.precision.describe())
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
         self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
@@ -129,6 +127,12 @@ class RLVRRun:
         self.task = make_task(cfg.task.name, **cfg.task.options)
         self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
         self.model.to(self.device)
+        # `auto` times this model's own passes in both precisions (before LoRA and
+        # checkpointing change what a pass costs; cached per machine and model shape).
+        self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device,
+                                               precision_workload(self.model))
+        self.compute_dtype = self.precision.name
+        print(self.precision.describe())
         t = cfg.train
         if t.gradient_checkpointing:  # engages in train mode only: sampling keeps its cache
             enable_activation_checkpointing(self.model)

@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from ..runtime.device import Workload, parameter_signature
 from ..runtime.rundir import MODEL_MARKER, check_model_out
 from .tasks.base import Example
 
@@ -197,3 +198,44 @@ def enable_activation_checkpointing(model) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+# What `compute_dtype: auto` times for a language model: both halves of a GRPO step at a
+# small task's shape, the update's forward and backward over 4 x 128 tokens and sampling's
+# decode-sized forwards (64 rows x 1 token, 8 of them). A model whose pass would cost more
+# than WORKLOAD_MAX_GFLOP is matmul-bound; the matmul probe speaks for it.
+WORKLOAD_TRAIN_SHAPE = (4, 128)
+WORKLOAD_DECODE_ROWS, WORKLOAD_DECODE_CALLS = 64, 8
+WORKLOAD_MAX_GFLOP = 50.0
+
+
+def precision_workload(model) -> Workload | None:
+    """The workload `resolve_compute_dtype` times for `model` (None: too big, use the
+    matmul probe). Its passes leave the model as they found it: mode, gradients, RNG."""
+    params = [p for p in model.parameters()]
+    rows, width = WORKLOAD_TRAIN_SHAPE
+    tokens_x_flops = 6 * rows * width + 2 * WORKLOAD_DECODE_ROWS * WORKLOAD_DECODE_CALLS
+    if tokens_x_flops * count_parameters(model) / 1e9 > WORKLOAD_MAX_GFLOP:
+        return None
+    device = params[0].device
+    generator = torch.Generator(device=device).manual_seed(0)
+    vocab = model.config.vocab_size
+    train_ids = torch.randint(vocab, (rows, width), generator=generator, device=device)
+    decode_ids = torch.randint(vocab, (WORKLOAD_DECODE_ROWS, 1), generator=generator,
+                               device=device)
+
+    def run() -> None:
+        was_training, grads = model.training, [p.grad for p in params]
+        model.eval()  # no dropout: it would draw from the global RNG
+        try:
+            with torch.no_grad():
+                for _ in range(WORKLOAD_DECODE_CALLS):
+                    model(decode_ids, use_cache=False)
+            logits = model(train_ids, use_cache=False).logits
+            logits.float().logsumexp(-1).mean().backward()
+        finally:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+            model.train(was_training)
+
+    return Workload(f"lm {parameter_signature(model)} {rows}x{width}", run)

@@ -10,6 +10,7 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,35 +46,62 @@ def peak_memory_gib(device: torch.device) -> dict[str, float]:
     return out
 
 
-# bf16 must beat fp32 by this factor on the probe: autocast adds casts that the raw matmul
-# does not pay, so a near tie goes to fp32 (never slower than fp32 is the promise of `auto`).
+# bf16 must beat fp32 by this factor on the probe: a near tie goes to fp32 (never slower
+# than fp32 is the promise of `auto`).
 BF16_MIN_SPEEDUP = 1.15
-# (M, K, N) of the matmuls that dominate this project's models: a tiny-to-medium language
-# model's projections over a batch of tokens, its MLP, and a 64-channel 3x3 convolution of
-# the Zero networks as im2col (256 positions of 7x7 boards).
+# The matmul probe's (M, K, N), for a run that gives no workload of its own (or one too big
+# to time in a moment): a tiny-to-medium language model's projections over a batch of
+# tokens, its MLP, and a 64-channel 3x3 convolution of the Zero networks as im2col (256
+# positions of 7x7 boards). Large models are matmul-bound, so these shapes speak for them.
 PROBE_SHAPES = ((2048, 256, 256), (2048, 512, 1536), (12544, 576, 64))
 PROBE_SECONDS = 0.06  # per shape and precision, after one warm-up call
+WORKLOAD_SECONDS = 0.1  # per precision and round, after one warm-up pass
+WORKLOAD_ROUNDS = 2  # fp32, bf16, fp32, bf16: the best round of each (noise only slows)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A moment of a run's own compute, e.g. its model's forward and backward on a batch of
+    its shape: what `auto` times under fp32 and under bf16 autocast. A matmul probe alone
+    misleads on small models: on an AMX machine bf16 matmuls ran 2.3x faster than fp32 while
+    the 0.8 M reasoning model's GRPO step ran 1.7x slower in bf16 (casts, small kernels, the
+    backward). `key` names what the timing depends on besides the machine (the model's
+    parameter shapes and the pass's batch); `run` is one pass, called inside the precision's
+    context; it must leave the model as it found it."""
+
+    key: str
+    run: Callable[[], None]
+
+
+MATMUL_UNIT = "matmul GFLOP/s"
+WORKLOAD_UNIT = "workload passes/s"
 
 
 @dataclass(frozen=True)
 class PrecisionProbe:
-    """Matmul throughput of fp32 and bf16 on one device and thread count, measured once per
-    machine, torch version and thread count (then read from a cache file)."""
+    """fp32 and bf16 throughput on one device and thread count (`unit`: matmul GFLOP/s, or
+    passes/s of a run's workload), measured once per machine, torch version, thread count
+    and workload (then read from a cache file)."""
 
-    float32_gflops: float
-    bfloat16_gflops: float
+    float32_rate: float
+    bfloat16_rate: float
     threads: int
+    unit: str = MATMUL_UNIT
     cached: bool = False
 
     @property
+    def speedup(self) -> float:
+        return self.bfloat16_rate / max(self.float32_rate, 1e-12)
+
+    @property
     def choice(self) -> str:
-        faster = self.bfloat16_gflops >= BF16_MIN_SPEEDUP * self.float32_gflops
-        return "bfloat16" if faster else "float32"
+        return "bfloat16" if self.speedup >= BF16_MIN_SPEEDUP else "float32"
 
     def metrics(self) -> dict[str, float]:
-        return {"precision/float32_gflops": self.float32_gflops,
-                "precision/bfloat16_gflops": self.bfloat16_gflops,
-                "precision/bfloat16_speedup": self.bfloat16_gflops / max(self.float32_gflops, 1e-9)}
+        return {"precision/float32_rate": self.float32_rate,
+                "precision/bfloat16_rate": self.bfloat16_rate,
+                "precision/bfloat16_speedup": self.speedup,
+                "precision/probed_workload": float(self.unit != MATMUL_UNIT)}
 
 
 @dataclass(frozen=True)
@@ -91,9 +119,15 @@ class ComputeDtype:
         if self.probe is None:
             return f"compute dtype: {self.name}"
         p = self.probe
-        return (f"compute dtype: {self.name} (auto: matmul probe bf16 {p.bfloat16_gflops:.0f} vs "
-                f"fp32 {p.float32_gflops:.0f} GFLOP/s at {p.threads} threads"
-                f"{', cached' if p.cached else ''})")
+        what = "the model's own passes" if p.unit == WORKLOAD_UNIT else "matmul probe"
+        return (f"compute dtype: {self.name} (auto: {what}, bf16 {p.speedup:.2f}x fp32's "
+                f"speed ({p.bfloat16_rate:.3g} vs {p.float32_rate:.3g} {p.unit}) at "
+                f"{p.threads} threads{', cached' if p.cached else ''})")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def measure_matmul_gflops(dtype: torch.dtype, device: torch.device,
@@ -111,13 +145,39 @@ def measure_matmul_gflops(dtype: torch.dtype, device: torch.device,
         while True:
             torch.matmul(a, b)
             calls += 1
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            _synchronize(device)
             if time.perf_counter() - t0 >= seconds:
                 break
         elapsed += time.perf_counter() - t0
         flops += 2.0 * m * k * n * calls
     return flops / elapsed / 1e9
+
+
+def measure_workload_rates(workload: Workload, device: torch.device,
+                           seconds: float = WORKLOAD_SECONDS,
+                           rounds: int = WORKLOAD_ROUNDS) -> tuple[float, float]:
+    """(fp32, bf16) passes/s of `workload` on `device`: one warm-up pass in each, then
+    `rounds` alternating rounds of at least `seconds` each; the best round of each counts."""
+    names = ("float32", "bfloat16")
+
+    def one_pass(name: str) -> None:
+        with compute_context(device, name):
+            workload.run()
+        _synchronize(device)
+
+    for name in names:
+        one_pass(name)
+    best = dict.fromkeys(names, 0.0)
+    for _ in range(rounds):
+        for name in names:
+            passes, t0 = 0, time.perf_counter()
+            while True:
+                one_pass(name)
+                passes += 1
+                if time.perf_counter() - t0 >= seconds:
+                    break
+            best[name] = max(best[name], passes / (time.perf_counter() - t0))
+    return best["float32"], best["bfloat16"]
 
 
 def _machine_key(device: torch.device) -> str:
@@ -146,11 +206,20 @@ def cache_dir() -> Path:
     return Path(base) / "rlscale"
 
 
-def precision_probe(device: torch.device) -> PrecisionProbe:
-    """The probe for this machine: from the cache file when this machine, torch version and
-    thread count were measured before, else measured now (a fraction of a second) and saved.
-    An unreadable or unwritable cache only costs a new measurement."""
-    key = _machine_key(device)
+def _measure(device: torch.device, workload: Workload | None) -> PrecisionProbe:
+    threads = torch.get_num_threads()
+    if workload is None:
+        return PrecisionProbe(measure_matmul_gflops(torch.float32, device),
+                              measure_matmul_gflops(torch.bfloat16, device), threads)
+    return PrecisionProbe(*measure_workload_rates(workload, device), threads, WORKLOAD_UNIT)
+
+
+def precision_probe(device: torch.device, workload: Workload | None = None) -> PrecisionProbe:
+    """The probe for this machine (and `workload`, else the matmul probe): from the cache
+    file when this machine, torch version, thread count and workload were measured before,
+    else measured now (a fraction of a second) and saved. An unreadable or unwritable cache
+    only costs a new measurement."""
+    key = _machine_key(device) + ("" if workload is None else f"|{workload.key}")
     path = cache_dir() / "precision_probe.json"
     try:
         known = json.loads(path.read_text())
@@ -161,15 +230,13 @@ def precision_probe(device: torch.device) -> PrecisionProbe:
     entry = known.get(key)
     if isinstance(entry, dict):
         try:
-            return PrecisionProbe(float(entry["float32_gflops"]), float(entry["bfloat16_gflops"]),
-                                  int(entry["threads"]), cached=True)
+            return PrecisionProbe(float(entry["float32_rate"]), float(entry["bfloat16_rate"]),
+                                  int(entry["threads"]), str(entry["unit"]), cached=True)
         except (KeyError, TypeError, ValueError):
             pass
-    probe = PrecisionProbe(measure_matmul_gflops(torch.float32, device),
-                           measure_matmul_gflops(torch.bfloat16, device),
-                           torch.get_num_threads())
-    known[key] = {"float32_gflops": probe.float32_gflops,
-                  "bfloat16_gflops": probe.bfloat16_gflops, "threads": probe.threads}
+    probe = _measure(device, workload)
+    known[key] = {"float32_rate": probe.float32_rate, "bfloat16_rate": probe.bfloat16_rate,
+                  "threads": probe.threads, "unit": probe.unit}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -180,17 +247,28 @@ def precision_probe(device: torch.device) -> PrecisionProbe:
     return probe
 
 
-def resolve_compute_dtype(name: str, device: torch.device) -> ComputeDtype:
-    """`auto`: bfloat16 where a matmul probe on this device, at the current thread count,
-    measures it at least BF16_MIN_SPEEDUP x faster than float32, else float32. CPU flags do
-    not decide it: an AVX-512 BF16 CPU without AMX multiplies bf16 ~2x slower than fp32,
-    another ~4x faster (MACHINE_NOTES.md). A named dtype is taken as it is."""
+def resolve_compute_dtype(name: str, device: torch.device,
+                          workload: Workload | None = None) -> ComputeDtype:
+    """`auto`: bfloat16 where, on this device at the current thread count, it runs
+    `workload` (the run's own model; else a matmul probe) at least BF16_MIN_SPEEDUP x faster
+    than float32, else float32. CPU flags do not decide it: an AVX-512 BF16 CPU without AMX
+    multiplies bf16 ~2x slower than fp32, another ~4x faster (MACHINE_NOTES.md), and even
+    where bf16 matmuls are faster a small model can run slower in it. A named dtype is
+    taken as it is."""
     if name != "auto":
         return ComputeDtype(name, None)
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return ComputeDtype("float32", None)
-    probe = precision_probe(device)
+    probe = precision_probe(device, workload)
     return ComputeDtype(probe.choice, probe)
+
+
+def parameter_signature(module: torch.nn.Module) -> str:
+    """A short digest of a module's class and parameter names and shapes: two models with
+    the same signature compute the same shapes (a key for cached timings)."""
+    shapes = ";".join(f"{n}:{tuple(p.shape)}" for n, p in module.named_parameters())
+    digest = hashlib.sha1(shapes.encode()).hexdigest()[:16]
+    return f"{type(module).__name__} {digest}"
 
 
 def compute_context(device: torch.device, compute_dtype: str):

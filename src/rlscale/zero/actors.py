@@ -44,7 +44,7 @@ from rlscale.runtime.orchestrator import Orchestrator
 from rlscale.runtime.versions import WeightStore
 from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
-from rlscale.zero.network import network_for
+from rlscale.zero.network import network_for, precision_workload, selfplay_batch
 from rlscale.zero.replay import Samples
 from rlscale.zero.selfplay import Actor, FinishedGame, PlayStats, game_samples
 
@@ -85,8 +85,9 @@ class SelfPlayWorker:
         torch.set_num_threads(spec.threads)
         device = resolve_device(spec.device)  # the GPU Ray gave it, or a one-line error
         game = make_game(spec.game, **spec.game_kwargs)
-        net = network_for(game, spec.network,
-                          resolve_compute_dtype(spec.compute_dtype, device).name).to(device)
+        net = network_for(game, spec.network).to(device)
+        net.compute_dtype = resolve_compute_dtype(spec.compute_dtype, device, precision_workload(
+            net, selfplay_batch(spec.selfplay.concurrent_games, spec.mcts.leaves_per_call))).name
         self.actor = Actor(game, net, spec.mcts,
                            spec.selfplay, WeightStore(), np.random.default_rng(spec.seed),
                            first_game=spec.first_game)

@@ -65,7 +65,9 @@ from rlscale.zero.network import (
     grow_network,
     load_network,
     network_for,
+    precision_workload,
     save_network,
+    selfplay_batch,
 )
 from rlscale.zero.replay import ReplayWindow, Samples
 from rlscale.zero.resign import PlayedOut, false_resignations, tune_threshold
@@ -105,12 +107,15 @@ class ZeroRun:
         torch.manual_seed(cfg.train.seed)
         self.rng = np.random.default_rng(cfg.train.seed)  # the learner's sampling
         self.device = resolve_device(cfg.device)
-        # At the learner's thread count (set by _start_run); actors probe at their own.
-        self.precision = resolve_compute_dtype(cfg.compute_dtype, self.device)
         if warm_start:
             net = initial_network(cfg, self.game)
         else:  # a checkpoint's weights are loaded next
             net = network_for(self.game, cfg.network)
+        # At the learner's thread count (set by _start_run); actors probe at their own. The
+        # probe times this network's self-play calls (its shapes, not the weights' values).
+        self.precision = resolve_compute_dtype(cfg.compute_dtype, self.device, precision_workload(
+            net.to(self.device),
+            selfplay_batch(cfg.selfplay.concurrent_games, cfg.mcts.leaves_per_call)))
         self.learner = Learner(net, cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
         # The one place new weights go: this in-process store, or the fleet (start_actors).

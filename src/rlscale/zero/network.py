@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from rlscale.runtime.device import compute_context
+from rlscale.runtime.device import Workload, compute_context, parameter_signature
 
 if TYPE_CHECKING:
     from rlscale.zero.config import NetworkConfig
@@ -210,6 +210,28 @@ def network_for(game: Game, cfg: NetworkConfig, compute_dtype: str = "float32") 
                          cfg.ownership_head, cfg.score_head)
     net.compute_dtype = compute_dtype
     return net
+
+
+def precision_workload(net: PolicyValueNet, batch: int) -> Workload:
+    """What `compute_dtype: auto` times for self-play: the network's forward (what
+    `evaluate` runs) on `batch` positions, the leaves of one batched search call. The
+    learner trains in fp32 whatever is chosen."""
+    generator = torch.Generator(device=net.device).manual_seed(0)
+    planes = torch.rand((batch, *net.plane_shape), generator=generator, device=net.device)
+
+    def run() -> None:
+        was_training = net.training
+        net.eval()  # BatchNorm's running statistics, untouched
+        with torch.inference_mode():
+            net(planes)
+        net.train(was_training)
+
+    return Workload(f"zero {parameter_signature(net)} batch {batch}", run)
+
+
+def selfplay_batch(concurrent_games: int, leaves_per_call: int) -> int:
+    """Positions in one self-play network call (at most; finished games leave it smaller)."""
+    return concurrent_games * leaves_per_call
 
 
 def grow_network(net: PolicyValueNet, blocks: int, value_channels: int, *,
