@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlscale.config import ConfigError, load_config
-from rlscale.rlvr import objectives
+from rlscale.rlvr import imitation
 from rlscale.rlvr.config import SFTConfig
 from rlscale.rlvr.distill import (
     build_demonstrations,
@@ -31,7 +31,7 @@ def test_sft_loss_equals_the_hugging_face_labels_loss():
     reference_grads = torch.autograd.grad(reference, params)
     logp, mask = target_logprobs(model, ids, attention, labels)
     assert int(mask.sum()) == int((labels != -100).sum())
-    loss, metrics = objectives.demonstration_loss(logp, mask, weight=demonstration_weight(cfg))
+    loss, metrics = imitation.demonstration_loss(logp, mask, weight=demonstration_weight(cfg))
     grads = torch.autograd.grad(loss, params)
     assert abs(loss.item() - reference.item()) < 1e-6
     assert metrics["nll"] == pytest.approx(reference.item(), abs=1e-6)
@@ -84,7 +84,7 @@ def test_packed_demonstrations_give_the_padded_loss_and_gradients():
 
     import torch
 
-    from rlscale.rlvr import objectives
+    from rlscale.rlvr import imitation
     from rlscale.rlvr.distill import collate, packed_target_logprobs, target_logprobs
     from rlscale.rlvr.model import build_tiny_model
 
@@ -99,7 +99,7 @@ def test_packed_demonstrations_give_the_padded_loss_and_gradients():
             logp, mask = packed_target_logprobs(model, pairs, 0, torch.device("cpu"))
         else:
             logp, mask = target_logprobs(model, *collate(pairs, 0))
-        loss, _ = objectives.demonstration_loss(logp, mask, weight="one")
+        loss, _ = imitation.demonstration_loss(logp, mask, weight="one")
         loss.backward()
         grads.append((float(loss), int(mask.sum()),
                       torch.cat([p.grad.flatten() for p in model.parameters()])))

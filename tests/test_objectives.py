@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from rlscale.rlvr.imitation import demonstration_loss, dft_loss, sft_loss
 from rlscale.rlvr.objectives import (
     AGGREGATIONS,
     PRESETS,
@@ -13,15 +14,12 @@ from rlscale.rlvr.objectives import (
     Aggregation,
     LossInputs,
     Objective,
-    demonstration_loss,
-    dft_loss,
     group_advantages,
     kl_penalty,
     masked_mean,
     policy_loss,
     sequence_level_loss,
     sequence_ratio,
-    sft_loss,
     token_entropy_from_logits,
     token_level_loss,
     top_entropy_mask,

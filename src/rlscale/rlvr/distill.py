@@ -1,6 +1,6 @@
 """Supervised fine-tuning on task demonstrations: the starting point for RL.
 
-The loss is the per-token policy-gradient loss of `objectives` on the completion tokens
+The loss is the per-token policy-gradient loss of `imitation` on the completion tokens
 (the prompt is context, not a target), aggregated by token mean: `loss: sft` weighs every
 token by 1 (the mean negative log-likelihood, as the Hugging Face `labels` loss), `loss: dft`
 by its detached probability (DFT). `data.wrong_share` of the demonstrations are
@@ -29,7 +29,7 @@ from ..runtime import rundir
 from ..runtime.device import compute_context, resolve_compute_dtype, resolve_device
 from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.trackers import open_trackers
-from . import lora, objectives
+from . import imitation, lora
 from .config import SFTConfig
 from .logprobs import completion_logprobs
 from .model import (
@@ -145,7 +145,7 @@ def target_logprobs(model, ids: torch.Tensor, attention: torch.Tensor,
 
 
 def demonstration_weight(cfg: SFTConfig) -> str:
-    """The per-token weight (objectives.DEMONSTRATION_WEIGHTS) of `cfg.loss`: 1 for sft,
+    """The per-token weight (imitation.DEMONSTRATION_WEIGHTS) of `cfg.loss`: 1 for sft,
     DFT's detached token or sequence probability for dft."""
     return {"sft": "one", "dft": cfg.dft_weight}[cfg.loss]
 
@@ -210,7 +210,7 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
                     ids, attention, labels = (t.to(device) for t in
                                               collate(chosen, tokenizer.pad_token_id))
                     logp, mask = target_logprobs(model, ids, attention, labels)
-            loss, metrics = objectives.demonstration_loss(logp, mask, weight=weight)
+            loss, metrics = imitation.demonstration_loss(logp, mask, weight=weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

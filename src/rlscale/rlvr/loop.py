@@ -300,7 +300,7 @@ class RLVRRun:
 
     def _score_teacher(self, batch, metrics: dict[str, float]) -> None:
         """With a teacher: its log-probs of every sampled token, into the batch (the trainer
-        turns them into per-token advantages against pi_old, objectives.teacher_advantages)."""
+        turns them into per-token advantages against pi_old, imitation.teacher_advantages)."""
         if self.teacher is None:
             return
         t0 = time.perf_counter()

@@ -7,7 +7,7 @@ gradient is the SFT gradient:
         = sum_y pi(y|x) (1/pi(y|x)) 1{y = y*} grad log pi(y|x) = grad log pi(y*|x).
 
 Without the weight it is `pi(y*|x) grad log pi(y*|x)`, the gradient of DFT with the sequence
-weight (`objectives.dft_loss(weight="sequence")`): RL from a 0/1 reward, DFT and SFT differ
+weight (`imitation.dft_loss(weight="sequence")`): RL from a 0/1 reward, DFT and SFT differ
 only in the weight. The weight is not a constant: one draw of the Monte-Carlo estimator is
 0 (with probability 1 - p) or `g*/p` (with probability p = pi(y*|x), g* = grad log pi(y*|x)),
 unbiased but with covariance trace `||g*||^2 (1 - p) / p`, which blows up as the target
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import objectives
+from . import imitation, objectives
 
 Sequence = tuple[int, ...]
 
@@ -109,12 +109,12 @@ def plain_policy_gradient(policy: TablePolicy, target: Sequence) -> Tensor:
 
 
 def demonstration_gradient(policy: TablePolicy, target: Sequence, weight: str = "one") -> Tensor:
-    """The gradient (flattened) of `objectives.demonstration_loss` summed over the tokens of
+    """The gradient (flattened) of `imitation.demonstration_loss` summed over the tokens of
     y* (`weight`: `one` = SFT, `token` / `sequence` = DFT), as minimised, negated: the
     direction it moves log pi."""
     logits = policy.logits.detach().clone().requires_grad_(True)
     logp = token_logprobs(policy, torch.tensor([target]), logits)
-    loss, _ = objectives.demonstration_loss(
+    loss, _ = imitation.demonstration_loss(
         logp, torch.ones_like(logp), weight=weight,
         aggregate=objectives.Aggregation("seq-mean-token-sum"))
     (grad,) = torch.autograd.grad(loss, logits)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..runtime.device import compute_context
-from . import lora, objectives
+from . import imitation, lora, objectives
 from .layout import sequence_lengths
 from .logprobs import completion_logprobs
 
@@ -143,15 +143,15 @@ def loss_inputs(part: MicroBatch, logp: torch.Tensor, old_logp: torch.Tensor,
                 objective: objectives.Objective) -> objectives.LossInputs:
     """The loss's inputs of one micro-batch, given its forward (`logp`) and pi_old.
 
-    The advantages are objectives.mixed_advantages: the weighted sequence ones, plus with a
+    The advantages are imitation.mixed_advantages: the weighted sequence ones, plus with a
     teacher its per-token ones against pi_old, the trainer's own log-probs of the sampled
     tokens (not the sampler's: a teacher equal to the student then gives exactly 0, where
     engine rounding would leave noise that Adam scales up). With one update per step pi_old
     is this very forward, so the teacher term is formed after it."""
     micro = part.batch
     token = (None if micro.teacher_logprobs is None else
-             objectives.teacher_advantages(old_logp, micro.teacher_logprobs, micro.mask))
-    advantages = objectives.mixed_advantages(micro.advantages, token,
+             imitation.teacher_advantages(old_logp, micro.teacher_logprobs, micro.mask))
+    advantages = imitation.mixed_advantages(micro.advantages, token,
                                              reward_weight=objective.reward_weight,
                                              teacher_weight=objective.teacher_weight)
     return objectives.LossInputs(logp, old_logp, advantages, part.mask,
@@ -324,7 +324,7 @@ class PolicyTrainer:
         metrics["policy/lr"] = self.scheduler.get_last_lr()[0]
         metrics["policy/old_logp_forward_skipped"] = float(single_pass)
         if batch.teacher_logprobs is not None:
-            metrics["opd/reverse_kl"] = objectives.reverse_kl_per_token(
+            metrics["opd/reverse_kl"] = imitation.reverse_kl_per_token(
                 logp_before, batch.teacher_logprobs, batch.mask)
         return StepResult(metrics, logp_before, entropy_first)
 
