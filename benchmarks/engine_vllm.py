@@ -130,6 +130,10 @@ def main() -> None:
     parser.add_argument("--engine-arg", action="append", default=[], type=engine_arg,
                         help="KEY=VALUE passed to vllm.EngineArgs, e.g. gpu_memory_utilization=0.3")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--model-dir", type=Path, action="append", default=[],
+                        help="time this saved model folder too (instead of --models when given)")
+    parser.add_argument("--length", type=int, default=0,
+                        help="every request generates exactly this many tokens (0: the mix)")
     args = parser.parse_args()
     # vLLM's CPU worker fixes its thread count at start-up from OMP_NUM_THREADS.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -143,17 +147,19 @@ def main() -> None:
     tokenizer = build_char_tokenizer()
     work = load_workload_function()(args.requests)
     prompts = [tuple(tokenizer(p, add_special_tokens=False)["input_ids"]) for p, _ in work]
-    lengths = [n for _, n in work]
+    lengths = [args.length or n for _, n in work]
     total = sum(lengths)
-    print(f"workload (benchmarks/engine.py mixed_length_workload): {len(work)} requests, "
+    print(f"workload (benchmarks/engine.py mixed_length_workload, "
+          f"{f'every length {args.length}' if args.length else 'its lengths'}): {len(work)} requests, "
           f"{total} tokens, lengths median {statistics.median(lengths):.0f} mean "
           f"{statistics.mean(lengths):.1f} max {max(lengths)}; slots = {args.slots}; "
           f"{args.threads} thread(s); {args.dtype}; median of {args.repeats} runs")
     cuda = torch.cuda.is_available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlscale-vllm-bench-") as tmp:
-        for name in args.models.split(","):
-            path = build_model_dir(name, Path(tmp))
+        named = [(d.name, d) for d in args.model_dir] or [
+            (name, build_model_dir(name, Path(tmp))) for name in args.models.split(",")]
+        for name, path in named:
             params = count_parameters(path)
             for mode in args.modes.split(","):
                 if cuda:
@@ -165,7 +171,8 @@ def main() -> None:
                                                    **dict(args.engine_arg)})
                 start = time.perf_counter() - t0
                 try:
-                    run_workload(engine, prompts[:16], [8] * 16, first_id=10**6)  # warm-up
+                    warm = prompts[:16]
+                    run_workload(engine, warm, [8] * len(warm), first_id=10**6)  # warm-up
                     times = [run_workload(engine, prompts, lengths, first_id=r * len(prompts))
                              for r in range(args.repeats)]
                 finally:
@@ -177,7 +184,7 @@ def main() -> None:
                 rows.append(dict(model=f"{name} ({params:.1f} M)", runner=f"vLLM {mode}",
                                  tokens_per_s=total / wall, wall_s=wall, startup_s=start,
                                  runs_s=times, peak_gpu_gib=peak, tokens=total,
-                                 dtype=args.dtype, slots=args.slots))
+                                 dtype=args.dtype, slots=args.slots, length=args.length))
     print("\n| model | runner | tokens/s | wall s | start-up s | peak GPU GiB | runs (s) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
