@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from rlscale.cli import app
 from rlscale.experiments import (
     baseline_variance,
+    clip_higher,
     clipping,
     dynamic_sampling,
     gspo_ratio_variance,
@@ -139,6 +140,19 @@ def clipping_numbers(kl, pass1, jitter=JITTER):
     return {"seeds": SEEDS, "prompts": 10, "samples": 4, "arms": arms}
 
 
+def clip_higher_numbers(entropy, jitter=JITTER):
+    """entropy: (symmetric, clip-higher) means over steps; `jitter` on clip-higher's."""
+    arms = {}
+    for name, e, high in zip(clip_higher.ARMS, entropy, (0.02, 0.005), strict=True):
+        shift = jitter if name == "clip_higher" else (0.0,) * 3
+        means = {"policy/entropy": per_seed(e, shift), "clip/high_frac": per_seed(high),
+                 "clip/low_frac": per_seed(0.01), "policy/kl_new_old": per_seed(0.01)}
+        arms[name] = {"pass@1": per_seed(0.5), "means": means,
+                      "curves": {key: [[v, v] for v in values] for key, values in means.items()},
+                      "steps": {key: [1, 2] for key in means}}
+    return {"seeds": SEEDS, "prompts": 10, "samples": 4, "arms": arms}
+
+
 NOISE = (-0.4, 0.3, 0.1)  # per seed: a spread that swamps the effects (SE 0.21)
 
 
@@ -238,6 +252,10 @@ SYNTHETIC = {
         "supports": clipping_numbers([0.01, 0.2], [0.5, 0.3]),
         "contradicts": clipping_numbers([0.2, 0.01], [0.3, 0.5]),
         "inconclusive": clipping_numbers([0.01, 0.2], [0.5, 0.3], NOISE)}),
+    "clip_higher": (clip_higher, {
+        "supports": clip_higher_numbers([0.10, 0.20]),
+        "contradicts": clip_higher_numbers([0.20, 0.10]),
+        "inconclusive": clip_higher_numbers([0.10, 0.20], NOISE)}),
     "dynamic_sampling": (dynamic_sampling, {
         "supports": dynamic_sampling_numbers([0.4, 0.5]),
         "contradicts": dynamic_sampling_numbers([0.5, 0.4]),
@@ -433,6 +451,8 @@ def test_each_experiment_runs_quick_with_a_figure_and_a_verdict(name, experiment
     saved = load_result(folder)
     assert saved == result
     assert saved.verdict in VERDICTS and saved.budget == "quick" and saved.seeds == [0]
+    assert "torch" in saved.machine  # where it ran, beside its figures
+    assert set(saved.compute_dtype.split(", ")) <= {"", "float32", "bfloat16"}
     assert any(e.primary for e in saved.analysis.effects)
     assert all(len(e.per_seed) == 1 for e in saved.analysis.effects)
     assert saved.verdict == "inconclusive"  # one seed never decides

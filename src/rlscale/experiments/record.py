@@ -64,6 +64,8 @@ class ExperimentResult:
     figure: str                 # file name in the run directory
     seconds: float
     date: str
+    machine: str = ""           # runtime.device.machine_summary(); "" in older results
+    compute_dtype: str = ""     # the arms' resolved train.compute_dtype(s)
 
     @property
     def verdict(self) -> Verdict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (
     baseline_variance,
+    clip_higher,
     clipping,
     dynamic_sampling,
     gspo_ratio_variance,
@@ -15,6 +16,6 @@ from . import (
 from .spec import Experiment
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT,
+    pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
     baseline_variance.EXPERIMENT, tool_use.EXPERIMENT)}

@@ -33,7 +33,7 @@ contradicts it, supported only when all its primary effects support it.
 
 ```bash
 rlscale experiments list                    # the experiments and their claims
-rlscale experiments run NAME                # full budget (<= 20 min each on 2 cores), 2 seeds
+rlscale experiments run NAME                # full budget, 2 seeds (4-55 min each measured on 2 cores)
 rlscale experiments run NAME --quick        # CI-sized smoke run, 1 seed
 rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
 rlscale experiments report                  # this file, from runs/experiments/*/result.json
@@ -84,7 +84,9 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
                      "pipeline runs, not whether the claim holds.")
     parts.append(f"**Verdict: {result.verdict}** ({len(result.seeds)} seed"
                  f"{'s' if len(result.seeds) != 1 else ''}, {result.budget} budget, "
-                 f"{result.seconds / 60:.1f} min, {result.date}).")
+                 f"{result.seconds / 60:.1f} min, {result.date})."
+                 + (f" Machine: {result.machine}; compute dtype {result.compute_dtype}."
+                    if result.machine else ""))
     parts.append(_effects_table(result))
     if figure is not None:
         parts.append(f"![{name}]({figure})")

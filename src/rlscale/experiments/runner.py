@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+from ..runtime.device import machine_summary
+from ..runtime.rundir import read_recorded_config
 from .record import (
     FIGURE_NAME,
     MEASUREMENTS_NAME,
@@ -53,6 +55,16 @@ def command(name: str, *, quick: bool, seeds: int, out: Path, base: Path | None)
     return " ".join(parts)
 
 
+def arms_compute_dtype(trained: dict) -> str:
+    """The dtype(s) the arms computed in, as their config.yaml records it (`auto` resolved)."""
+    dtypes = set()
+    for runs in trained.values():
+        for run in runs:
+            recorded = read_recorded_config(run.run_dir) or {}
+            dtypes.add(str(recorded.get("train", {}).get("compute_dtype", "unknown")))
+    return ", ".join(sorted(dtypes))
+
+
 def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
                    out: Path | None = None, base: Path | None = None, overwrite: bool = False,
                    progress: bool = True) -> ExperimentResult:
@@ -85,6 +97,7 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
                         str(run.run_dir.relative_to(ctx.out)))
               for runs in trained.values() for run in runs],
         analysis=analysis, figure=FIGURE_NAME, seconds=time.perf_counter() - start,
-        date=datetime.date.today().isoformat())
+        date=datetime.date.today().isoformat(), machine=machine_summary(),
+        compute_dtype=arms_compute_dtype(trained))
     save_result(result, ctx.out)
     return result

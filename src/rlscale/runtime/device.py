@@ -263,6 +263,24 @@ def resolve_compute_dtype(name: str, device: torch.device,
     return ComputeDtype(probe.choice, probe)
 
 
+def machine_summary() -> str:
+    """The machine a measurement ran on, in one line: processor, its vector and matrix
+    extensions (what decides the speed of each precision), cores, torch, GPU if any."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((line.split(":", 1)[1].strip() for line in info
+                      if line.startswith("model name")), model)
+        flags = next((line.split(":", 1)[1].split() for line in info
+                      if line.startswith("flags")), [])
+    except OSError:
+        pass
+    wanted = [f for f in flags if f.startswith(("avx2", "avx512", "amx"))]
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return (f"{model}, flags {' '.join(wanted) or 'none of avx2/avx512/amx'}, "
+            f"{os.cpu_count()} cores, torch {torch.__version__}{gpu}")
+
+
 def parameter_signature(module: torch.nn.Module) -> str:
     """A short digest of a module's class and parameter names and shapes: two models with
     the same signature compute the same shapes (a key for cached timings)."""
