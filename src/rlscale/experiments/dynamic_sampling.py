@@ -192,4 +192,4 @@ EXPERIMENT = Experiment(
            "step), the same seeds; the loop's held-out eval every few steps against steps and "
            "against generated tokens, and the final models' pass@1."),
     arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=12)  # 2 seeds x 80 steps off (~1.3 s) and on (~2.3 s, the extra draws) + ~2 min of evals
+    minutes=17)  # measured 17.4 min (fp32, 2026-12-03): 2 seeds x 80 steps off and on (2.1x the tokens)
