@@ -126,6 +126,14 @@ def analyse(numbers: Numbers) -> Analysis:
                      f"beyond the base model's gap ({mean(gap(grpo)):.1f} against "
                      f"{mean(gap(a['base'])):.1f} tokens): the bias had nothing to act on in "
                      "this budget, so the set-up could not show the normalisers removing it.")
+    grew = mean(constant["right_length"]) - mean(a["base"]["right_length"])
+    if effects[0].verdict == "contradicts" and grew > 1.0:
+        notes.append("The token-sum normalisers lengthened right completions too (Dr. GRPO's "
+                     f"constant: +{grew:.1f} tokens over the base): with every token weighted "
+                     "alike, long completions carry more of the gradient whichever their sign. "
+                     "Here that lengthened right and wrong completions alike, so the wider "
+                     "wrong - right gap under them is not a bias that 1/|y| has and they lack; "
+                     "1/|y| kept every length closer to the base's.")
     return Analysis(effects, table, notes)
 
 
@@ -173,4 +181,4 @@ EXPERIMENT = Experiment(
            "(Dr. GRPO, divided by max_new_tokens), the same seeds; lengths of right and wrong "
            "completions over training and on held-out prompts, and pass@1."),
     arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=15)  # 6 x 100 GRPO steps (~13 min) + 8 evals of 1,600 samples
+    minutes=24)  # measured 23.7 min (fp32, 2026-12-03): 6 x 100 GRPO steps + 8 evals
