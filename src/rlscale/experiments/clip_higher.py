@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .clipping import LR, REUSE, SETTINGS
-from .measure import pass_at
-from .plots import band, plt, save_figure
+from .clipping import SETTINGS, measure_reuse_arms, plot_reuse_arms, reuse_arms
 from .record import Analysis, Table
-from .setup import Arm, Context, TrainedArm, mean_of, series
+from .setup import Arm, Context, TrainedArm
 from .spec import Experiment, Numbers
-from .stats import cell, curve, paired
+from .stats import cell, paired
 from .verdict import Effect
 
 NAME = "clip_higher"
@@ -31,28 +29,11 @@ CURVES = ("policy/entropy", "clip/high_frac", "clip/low_frac", "policy/kl_new_ol
 
 
 def arms(scale: str) -> list[Arm]:
-    steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, LR, *REUSE, *clip)) for name, clip in ARMS.items()]
+    return reuse_arms(scale, ARMS)
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
-    s = SETTINGS[ctx.scale.name]
-    out: dict[str, dict] = {}
-    for name in ARMS:
-        arm: dict = {"pass@1": [], "means": {k: [] for k in CURVES},
-                     "curves": {k: [] for k in CURVES}, "steps": {}}
-        for run in trained[name]:
-            rows = run.metrics()
-            result = pass_at(run.final, run.config(), split="test", seed=run.seed,
-                             prompts=s.prompts, samples=s.samples, ks=(1,))
-            arm["pass@1"].append(result.pass_at[1])
-            for key in CURVES:
-                steps, values = series(rows, key)
-                arm["curves"][key].append(values)
-                arm["steps"][key] = steps
-                arm["means"][key].append(mean_of(rows, key))
-        out[name] = arm
-    return {"seeds": list(ctx.seeds), "prompts": s.prompts, "samples": s.samples, "arms": out}
+    return measure_reuse_arms(ctx, trained, CURVES)
 
 
 def analyse(numbers: Numbers) -> Analysis:
@@ -87,23 +68,7 @@ def analyse(numbers: Numbers) -> Analysis:
 
 
 def plot(numbers: Numbers, out: Path) -> Path:
-    arms_ = numbers["arms"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    for ax, key in zip((axes[0][0], axes[0][1], axes[1][0]), CURVES[:3], strict=True):
-        for name, arm in arms_.items():
-            band(ax, arm["steps"][key], arm["curves"][key], name.replace("_", "-"))
-        ax.set_xlabel("step")
-        ax.set_title(f"{key} (mean ± SE over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax = axes[1][1]
-    names = list(arms_)
-    mean_se = [curve([[v] for v in arms_[n]["pass@1"]]) for n in names]
-    ax.bar(range(len(names)), [m[0][0] for m in mean_se], yerr=[s[0] for _, s in mean_se],
-           capsize=6, tick_label=[n.replace("_", "-") for n in names])
-    ax.set_title("held-out pass@1 (mean ± SE over seeds)")
-    ax.grid(alpha=0.3, axis="y")
-    return save_figure(fig, out)
+    return plot_reuse_arms(numbers, out, CURVES)
 
 
 EXPERIMENT = Experiment(

@@ -47,29 +47,40 @@ SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=4),
 LR = "train.lr=1e-4"
 
 
-def arms(scale: str) -> list[Arm]:
+def reuse_arms(scale: str, clips: dict[str, tuple[str, ...]]) -> list[Arm]:
+    """One arm per entry of `clips` (its clip overrides), each reusing every batch 4 x 4."""
     steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, LR, *REUSE, *clip)) for name, clip in ARMS.items()]
+    return [Arm(name, (steps, LR, *REUSE, *clip)) for name, clip in clips.items()]
 
 
-def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
+def arms(scale: str) -> list[Arm]:
+    return reuse_arms(scale, ARMS)
+
+
+def measure_reuse_arms(ctx: Context, trained: dict[str, list[TrainedArm]],
+                       curves: tuple[str, ...]) -> Numbers:
+    """Each arm's held-out pass@1 per seed, and the loop's `curves` per step and their means."""
     s = SETTINGS[ctx.scale.name]
     out: dict[str, dict] = {}
-    for name in ARMS:
-        arm: dict = {"pass@1": [], "means": {k: [] for k in CURVES},
-                     "curves": {k: [] for k in CURVES}, "steps": {}}
+    for name in trained:
+        arm: dict = {"pass@1": [], "means": {k: [] for k in curves},
+                     "curves": {k: [] for k in curves}, "steps": {}}
         for run in trained[name]:
             rows = run.metrics()
             result = pass_at(run.final, run.config(), split="test", seed=run.seed,
                              prompts=s.prompts, samples=s.samples, ks=(1,))
             arm["pass@1"].append(result.pass_at[1])
-            for key in CURVES:
+            for key in curves:
                 steps, values = series(rows, key)
                 arm["curves"][key].append(values)
                 arm["steps"][key] = steps
                 arm["means"][key].append(mean_of(rows, key))
         out[name] = arm
     return {"seeds": list(ctx.seeds), "prompts": s.prompts, "samples": s.samples, "arms": out}
+
+
+def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
+    return measure_reuse_arms(ctx, trained, CURVES)
 
 
 def analyse(numbers: Numbers) -> Analysis:
@@ -108,17 +119,20 @@ def analyse(numbers: Numbers) -> Analysis:
     return Analysis(effects, table, notes)
 
 
-def plot(numbers: Numbers, out: Path) -> Path:
+def plot_reuse_arms(numbers: Numbers, out: Path, curves: tuple[str, ...],
+                    log_first: bool = False) -> Path:
+    """Three of the loop's curves per step (mean ± SE over seeds) and the final pass@1 bars."""
     arms_ = numbers["arms"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    for ax, key in zip((axes[0][0], axes[0][1], axes[1][0]), CURVES[:3], strict=True):
+    for ax, key in zip((axes[0][0], axes[0][1], axes[1][0]), curves[:3], strict=True):
         for name, arm in arms_.items():
             band(ax, arm["steps"][key], arm["curves"][key], name.replace("_", " "))
         ax.set_xlabel("step")
         ax.set_title(f"{key} (mean ± SE over seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_yscale("log")
+    if log_first:
+        axes[0][0].set_yscale("log")
     ax = axes[1][1]
     names = list(arms_)
     mean_se = [curve([[v] for v in arms_[n]["pass@1"]]) for n in names]
@@ -127,6 +141,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     ax.set_title("held-out pass@1 (mean ± SE over seeds)")
     ax.grid(alpha=0.3, axis="y")
     return save_figure(fig, out)
+
+
+def plot(numbers: Numbers, out: Path) -> Path:
+    return plot_reuse_arms(numbers, out, CURVES, log_first=True)
 
 
 EXPERIMENT = Experiment(
