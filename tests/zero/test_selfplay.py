@@ -18,7 +18,7 @@ from rlscale.zero.agent import load_agent
 from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
-from rlscale.zero.loop import train
+from rlscale.zero.loop import export_training_state, train
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import ReplayWindow, Samples
 from rlscale.zero.selfplay import Actor, PlayStats
@@ -320,6 +320,51 @@ def test_a_run_starts_from_a_saved_model(tmp_path):
             train(load_config(ZeroConfig, None, args), progress=False)
         assert str(err.value).startswith(words) and "\n" not in str(err.value)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_run_continues_from_an_exported_training_state(tmp_path):
+    """A run's training state without its replay (what is committed beside the code to
+    outlive a clone) continues the run in a new directory: counters, optimiser and learner
+    steps go on, the replay refills."""
+    first = train(_tiny(tmp_path / "first", 2), progress=False)
+    state = export_training_state(tmp_path / "first", tmp_path / "state")
+    assert sorted(p.name for p in state.iterdir()) == [
+        "config.yaml", "model.json", "model.safetensors", "trainer.pt"]
+    with pytest.raises(FileExistsError):  # nothing of the user's is replaced
+        export_training_state(tmp_path / "first", tmp_path / "state")
+    saved = torch.load(state / "trainer.pt", weights_only=False)["learner"]
+    more = train(_tiny(tmp_path / "next", 4), progress=False, resume_from=state)
+    c, c0 = more.counters, first.counters
+    assert c.iteration == 4 and c.version == c0.version + 2
+    assert c.games == c0.games + 2 * 8 and c.learner_steps > c0.learner_steps
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "next" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [3, 4]
+    # the optimiser went on from the saved moments (AdamW's step count), not afresh
+    resumed = torch.load(tmp_path / "next" / "checkpoints" / "step_000004" / "trainer.pt",
+                         weights_only=False)["learner"]
+    step = lambda s: next(iter(s["optimizer"]["state"].values()))["step"]  # noqa: E731
+    assert float(step(resumed)) == float(step(saved)) + c.learner_steps - c0.learner_steps
+    # a run directory names its newest checkpoint as well; the math is checked as on --resume
+    lr = load_config(ZeroConfig, None, [*_tiny_args(tmp_path / "lr", 3), "train.lr=0.5"])
+    with pytest.raises(RunDirError, match="changes the math"):
+        train(lr, progress=False, resume_from=tmp_path / "first")
+    train(lr, progress=False, resume_from=tmp_path / "first", allow_config_change=True)
+    change = json.loads((tmp_path / "lr" / "config_changes.jsonl").read_text())
+    assert change["step"] == 3 and change["changes"]["train.lr"]["new"] == 0.5
+    for kwargs, words in [({"resume_from": tmp_path / "nowhere"}, "--resume-from: "),
+                          ({"resume_from": state, "resume": True}, "--resume continues")]:
+        with pytest.raises((FileNotFoundError, ConfigError)) as err:
+            train(_tiny(tmp_path / "bad", 4), progress=False, **kwargs)
+        assert str(err.value).startswith(words) and "\n" not in str(err.value)
+    assert not (tmp_path / "bad").exists()
+    runner = CliRunner()
+    done = runner.invoke(app, ["export-state", str(tmp_path / "next"), "--out",
+                               str(tmp_path / "state2")])
+    assert done.exit_code == 0 and (tmp_path / "state2" / "trainer.pt").is_file(), done.output
+    refused = runner.invoke(app, ["export-state", str(tmp_path / "nowhere"), "--out",
+                                  str(tmp_path / "state3")])
+    assert refused.exit_code != 0 and "holds no checkpoint" in refused.output
 
 
 def _states_after(game, move_lists):

@@ -296,8 +296,10 @@ def read_recorded_config(run_dir: Path) -> dict[str, Any] | None:
 
 
 def check_resume_config(run_dir: str | Path, config: StrictModel, *, done: int, length_key: str,
-                        free_fields: Iterable[str], allow_change: bool) -> list[ConfigChange]:
-    """The resume check of both loops, against the run's recorded config.yaml.
+                        free_fields: Iterable[str], allow_change: bool,
+                        recorded_in: str | Path | None = None) -> list[ConfigChange]:
+    """The resume check of both loops, against the run's recorded config.yaml (or the one in
+    `recorded_in`: a run continued in a new directory from another run's checkpoint).
 
     `config` is the config the resumed run will use, `done` the steps (or iterations) the run
     has done and `length_key` the field that plans them (`train.steps`): a plan below what is
@@ -310,7 +312,7 @@ def check_resume_config(run_dir: str | Path, config: StrictModel, *, done: int, 
         raise RunDirError(
             f"the run in {run_dir} has done {done} {length_key.rsplit('.', 1)[-1]}; "
             f"{length_key}={planned} is below that (raise it to continue the run)")
-    recorded = read_recorded_config(Path(run_dir))
+    recorded = read_recorded_config(Path(recorded_in if recorded_in is not None else run_dir))
     if recorded is None:
         return []
     try:  # fields added since the run started compare as their defaults

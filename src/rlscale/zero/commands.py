@@ -32,6 +32,10 @@ def train(
         False, "--allow-config-change",
         help="--resume with a config that changes the math; recorded in config_changes.jsonl"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
+    resume_from: Path | None = typer.Option(
+        None, "--resume-from",
+        help="continue another run's checkpoint (or `zero export-state` folder) in this new run "
+             "directory: weights, optimiser, counters; the replay refills"),
 ) -> None:
     """Self-play, learn, checkpoint; `--resume` continues exactly where a run stopped."""
     from rlscale.runtime.trackers import check_trackers
@@ -50,7 +54,7 @@ def train(
             if out is not None:
                 cfg.out = str(out)
             return run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
-                                allow_config_change=allow_config_change)
+                                allow_config_change=allow_config_change, resume_from=resume_from)
         except KeyboardInterrupt:
             interrupted(None if cfg is None else cfg.run_dir(), command)
 
@@ -60,6 +64,19 @@ def train(
         f"done: {c.iteration} iterations, {c.games} games, {c.learner_steps} learner steps, "
         f"{c.seconds / 60:.1f} min; model in {result.final_dir}"
     )
+
+
+@app.command("export-state")
+def export_state(
+    run: Path = typer.Argument(..., help="a run directory (its newest checkpoint) or a checkpoint"),
+    out: Path = typer.Option(..., "--out", help="a new folder"),
+) -> None:
+    """Copy a run's training state without its replay (a few MB: commit it, then continue
+    with `zero train CONFIG --out NEW --resume-from OUT`); also a playable model folder."""
+    from rlscale.zero.loop import export_training_state
+
+    path = run_guarded(export_training_state, run, out)
+    typer.echo(f"training state written to {path}")
 
 
 def _register_arena_commands() -> None:

@@ -267,7 +267,10 @@ class ZeroRun:
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path
 
-    def load_checkpoint(self, path: Path) -> None:
+    def load_checkpoint(self, path: Path, replay_required: bool = True) -> None:
+        """Everything `save_checkpoint` wrote to `path`. Without `replay_required` a
+        checkpoint slimmed to its training state (export_training_state: no replay.npz, no
+        games in flight) loads too: the replay then refills from self-play."""
         net, _ = load_network(path, self.game.name, self.cfg.game.kwargs)
         grown = net.arch != self.learner.net.arch
         if grown:  # a stage grew the network: same function, more capacity
@@ -286,7 +289,8 @@ class ZeroRun:
         set_rng_state(state["rng"])
         self.rng.bit_generator.state = state["learner_rng"]
         self.weights = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
-        self.replay.load(path / "replay.npz")
+        if replay_required or (path / "replay.npz").is_file():
+            self.replay.load(path / "replay.npz")
         self.fleet_state = state.get("fleet")
         resign = state.get("resign")
         if (resign is not None and resign["threshold"] is not None
@@ -412,30 +416,97 @@ def _lens_metrics(
     return m
 
 
-def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None) -> ZeroRun:
+def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None,
+               replay_required: bool = True) -> ZeroRun:
     """A ZeroRun with the settings of the stage `iteration` is in, from `checkpoint` if any."""
     stage = cfg.at_iteration(iteration)
     torch.set_num_threads(stage.train.threads)
     run = ZeroRun(stage, cfg.stage_start(iteration), warm_start=checkpoint is None)
     if checkpoint is not None:
-        run.load_checkpoint(checkpoint)
+        run.load_checkpoint(checkpoint, replay_required)
     return run
 
 
+# What a run needs to go on learning where it stopped, without the replay window and the games
+# in flight (megabytes instead of tens): small enough to commit beside the code, so a run
+# longer than one sitting survives a fresh clone. The model files also make it a playable
+# model folder.
+TRAINING_STATE_FILES = ("model.json", "model.safetensors", "trainer.pt")
+
+
+def training_state(path: str | Path) -> Path:
+    """The checkpoint `path` names for `--resume-from`: a folder holding trainer.pt (a
+    checkpoint, or one export_training_state wrote), or a run directory's newest checkpoint."""
+    from rlscale.runtime.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    found = path if (path / "trainer.pt").is_file() else latest_checkpoint(path)
+    if found is None or not all((found / name).is_file() for name in TRAINING_STATE_FILES):
+        raise FileNotFoundError(f"{path} holds no checkpoint (a folder with "
+                                f"{', '.join(TRAINING_STATE_FILES)}, or a run directory)")
+    return found
+
+
+def _recorded_config_dir(checkpoint: Path) -> Path:
+    """Where the config of the run that wrote `checkpoint` lies: beside it (an exported
+    state) or in its run directory (run/checkpoints/step_N)."""
+    return checkpoint if (checkpoint / "config.yaml").is_file() else checkpoint.parent.parent
+
+
+def export_training_state(path: str | Path, out: str | Path) -> Path:
+    """Copy the training state of the checkpoint `path` names (TRAINING_STATE_FILES and its
+    run's config.yaml) into the new folder `out`; `rlscale zero train --resume-from out`
+    continues that run. Refuses an `out` that exists: nothing of the user's is replaced."""
+    import shutil
+
+    source, out = training_state(path), Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; export the training state to a new folder")
+    config = _recorded_config_dir(source) / "config.yaml"
+    with atomic_dir(out) as tmp:
+        for name in TRAINING_STATE_FILES:
+            shutil.copy2(source / name, tmp / name)
+        if config.is_file():
+            shutil.copy2(config, tmp / "config.yaml")
+    return out
+
+
+def _saved_iteration(checkpoint: Path) -> int:
+    """The iteration a checkpoint was saved at (its model.json's counters)."""
+    import json
+
+    return int(json.loads((checkpoint / "model.json").read_text())["extra"]["counters"]["iteration"])
+
+
 def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
-          overwrite: bool = False, allow_config_change: bool = False) -> TrainResult:
+          overwrite: bool = False, allow_config_change: bool = False,
+          resume_from: str | Path | None = None) -> TrainResult:
     """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes).
 
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
-    that stage's settings, so a staged run and one stopped and resumed by hand agree."""
+    that stage's settings, so a staged run and one stopped and resumed by hand agree.
+
+    `resume_from`: continue another run's checkpoint (training_state) in the new directory
+    cfg.run_dir(): its network, optimiser, counters, RNGs and resignation state; the replay
+    window refills from self-play when the checkpoint has none. Its recorded config is
+    checked as by `resume`."""
+    if resume and resume_from is not None:
+        raise ConfigError("--resume continues the run in its own directory and --resume-from "
+                          "starts a new directory from another run's checkpoint: pass one")
     resolve_device(cfg.device)  # a missing GPU: one line, before the run directory
     _check_threads(cfg)  # one-line config errors before the run directory is touched
-    if cfg.network.init_from is not None and not resume:
+    source = None
+    if resume_from is not None:
+        try:
+            source = training_state(resume_from)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"--resume-from: {err}") from None
+    if cfg.network.init_from is not None and not resume and source is None:
         initial_network(cfg, make_game(cfg.game.name, **cfg.game.kwargs))
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     try:
-        return _train(cfg, run_dir, resume, progress, allow_config_change)
+        return _train(cfg, run_dir, resume, progress, allow_config_change, source)
     finally:
         lock.release()
 
@@ -481,8 +552,16 @@ def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None
 
 
 def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
-           allow_config_change: bool) -> TrainResult:
-    found = _resume_point(cfg, run_dir) if resume else None
+           allow_config_change: bool, source: Path | None = None) -> TrainResult:
+    if source is not None:  # checked before loading: a refused config costs no work
+        rundir.check_resume_config(run_dir, cfg, done=_saved_iteration(source),
+                                   length_key="train.iterations", free_fields=RESUME_FREE_FIELDS,
+                                   allow_change=allow_config_change,
+                                   recorded_in=_recorded_config_dir(source))
+        found = source, _start_run(cfg, _saved_iteration(source) + 1, source,
+                                   replay_required=False)
+    else:
+        found = _resume_point(cfg, run_dir) if resume else None
     resumed_from, run = found if found is not None else (None, _start_run(cfg, 1, None))
     if resume:
         rundir.check_resume_config(run_dir, cfg, done=run.counters.iteration,
