@@ -21,6 +21,7 @@ from rlscale.experiments import (
     length_norm,
     pass_at_k,
     tool_use,
+    zero_value_target,
 )
 from rlscale.experiments.record import FIGURE_NAME, load_result
 from rlscale.experiments.registry import EXPERIMENTS
@@ -156,6 +157,18 @@ def clip_higher_numbers(entropy, jitter=JITTER):
 NOISE = (-0.4, 0.3, 0.1)  # per seed: a spread that swamps the effects (SE 0.21)
 
 
+def zero_value_target_numbers(mse, noise=(0.0,) * 3):
+    """mse: the value error of (z, mix 0.5, q alone); `noise` on the mix's."""
+    arms = {}
+    for label, m in zip(zero_value_target.MIXES, mse, strict=True):
+        shift = noise if label == "mix_0.5" else (0.0,) * 3
+        arms[label] = {"value_mse": per_seed(m, shift), "value_sign": per_seed(0.8),
+                       "optimal_moves": per_seed(0.9 - m), "raw_lost": per_seed(m),
+                       "search_lost": per_seed(m / 2), "curve": per_seed([0.1, 0.5, 0.9]),
+                       "iterations": [1, 2, 3]}
+    return {"seeds": SEEDS, "simulations": 8, "positions": 4520, "arms": arms}
+
+
 def dynamic_sampling_numbers(pass1, jitter=JITTER):
     """pass1: the final (off, on); the eval curves end there, `on` with twice the tokens."""
     arms = {}
@@ -278,6 +291,10 @@ SYNTHETIC = {
         "contradicts": tool_use_numbers(-0.3),
         # 5 points on the hard part: on the right side, short of the 10-point target
         "inconclusive": tool_use_numbers(0.05)}),
+    "zero_value_target": (zero_value_target, {
+        "supports": zero_value_target_numbers([0.30, 0.20, 0.25]),
+        "contradicts": zero_value_target_numbers([0.20, 0.30, 0.25]),
+        "inconclusive": zero_value_target_numbers([0.30, 0.20, 0.25], NOISE)}),
 }
 
 
@@ -458,7 +475,8 @@ def test_each_experiment_runs_quick_with_a_figure_and_a_verdict(name, experiment
     assert saved.verdict == "inconclusive"  # one seed never decides
     assert saved.command.startswith(f"rlscale experiments run {name} --quick")
     for arm in saved.arms:  # trained by the library's loop: its run directory and metrics
-        assert (folder / arm.run_dir / "final" / "config.json").is_file()
+        final = folder / arm.run_dir / "final"  # a HF model (RLVR) or a Zero model
+        assert (final / "config.json").is_file() or (final / "model.json").is_file()
         assert (folder / arm.run_dir / "metrics.jsonl").is_file()
     assert json.loads((folder / "measurements.json").read_text())["seeds"] == [0]
 

@@ -18,6 +18,7 @@ from rlscale.zero.agent import load_agent
 from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
+from rlscale.zero.games.tictactoe import losses_to_minimax
 from rlscale.zero.loop import export_training_state, train
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import ReplayWindow, Samples
@@ -416,40 +417,6 @@ def test_cli_train_and_config_errors(tmp_path):
 # -- the headline: tic-tac-toe to perfect play --------------------------------------------------
 
 
-@functools.cache
-def _minimax(state) -> int:
-    """Exact value for the player to move: +1 win, 0 draw, -1 loss."""
-    if TTT.is_terminal(state):
-        outcome = TTT.outcome(state)
-        return int(outcome if TTT.to_play(state) == 0 else -outcome)
-    return max(-_minimax(TTT.apply(state, int(a))) for a in np.flatnonzero(TTT.legal_mask(state)))
-
-
-def _minimax_moves(state) -> list[int]:
-    """Every optimal move: a minimax player with any tie-break plays one of these."""
-    values = {int(a): -_minimax(TTT.apply(state, int(a)))
-              for a in np.flatnonzero(TTT.legal_mask(state))}
-    best = max(values.values())
-    return [a for a, v in values.items() if v == best]
-
-
-def _games_lost(choose, agent_player: int) -> tuple[int, int]:
-    """Play the agent against minimax over all minimax tie-breaks; (games lost, games)."""
-    lost = games = 0
-    stack = [TTT.initial_state()]
-    while stack:
-        state = stack.pop()
-        if TTT.is_terminal(state):
-            games += 1
-            outcome = TTT.outcome(state) * (1 if agent_player == 0 else -1)
-            lost += outcome < 0
-        elif TTT.to_play(state) == agent_player:
-            stack.append(TTT.apply(state, choose(state)))
-        else:
-            stack.extend(TTT.apply(state, a) for a in _minimax_moves(state))
-    return lost, games
-
-
 @pytest.mark.slow
 def test_tictactoe_training_reaches_perfect_play(tmp_path):
     result = CliRunner().invoke(app, [
@@ -467,7 +434,7 @@ def test_tictactoe_training_reaches_perfect_play(tmp_path):
             return cache[state]
 
         for player in (0, 1):
-            lost, games = _games_lost(choose, player)
+            lost, games = losses_to_minimax(choose, player)
             assert games > 1 and lost == 0, f"lost {lost}/{games} as player {player} at {simulations}"
     rows = [json.loads(x) for x in (tmp_path / "ttt" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["credit/outcome_draw"] > 0.5  # self-play has converged to draws

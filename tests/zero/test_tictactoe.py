@@ -3,7 +3,14 @@ import pytest
 
 from rlscale.zero.games import IllegalMove, make_game
 from rlscale.zero.games.base import Game
-from rlscale.zero.games.tictactoe import TicTacToe, TicTacToeState
+from rlscale.zero.games.tictactoe import (
+    TicTacToe,
+    TicTacToeState,
+    losses_to_minimax,
+    minimax_value,
+    optimal_moves,
+    reachable_positions,
+)
 
 
 @pytest.fixture
@@ -131,3 +138,21 @@ def test_states_are_small_values(game):
     b = play(game, [0, 4])
     assert a == b and hash(a) == hash(b) and isinstance(a, TicTacToeState)
     assert "X" in game.render(a) and "O" in game.render(a)
+
+
+def test_exact_solution_of_the_whole_game():
+    game = TicTacToe()
+    positions = reachable_positions()
+    assert len(positions) == len(set(positions)) == 4520  # 5,478 less the 958 finished ones
+    assert minimax_value(game.initial_state()) == 0  # perfect play draws
+    # X on 1 and 2, O on 4 and 5, X to move: 3 wins at once, nothing else does
+    state = game.initial_state()
+    for cell in (0, 3, 1, 4):
+        state = game.apply(state, cell)
+    assert minimax_value(state) == 1 and optimal_moves(state) == [2]
+    # a perfect player never loses to a perfect player; the first legal cell loses often
+    perfect = lambda s: optimal_moves(s)[0]  # noqa: E731
+    first_cell = lambda s: int(np.flatnonzero(game.legal_mask(s))[0])  # noqa: E731
+    assert losses_to_minimax(perfect, 0)[0] == losses_to_minimax(perfect, 1)[0] == 0
+    lost, games = losses_to_minimax(first_cell, 1)
+    assert 0 < lost <= games

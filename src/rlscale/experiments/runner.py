@@ -61,7 +61,13 @@ def arms_compute_dtype(trained: dict) -> str:
     for runs in trained.values():
         for run in runs:
             recorded = read_recorded_config(run.run_dir) or {}
-            dtypes.add(str(recorded.get("train", {}).get("compute_dtype", "unknown")))
+            dtype = recorded.get("train", {}).get("compute_dtype")  # RLVR's, resolved
+            if dtype is None:  # Zero's: `auto` in its config, the choice in its metrics
+                chosen = [r["precision/bfloat16"] for r in run.metrics()
+                          if "precision/bfloat16" in r]
+                dtype = ("bfloat16" if chosen[-1] else "float32") if chosen \
+                    else recorded.get("compute_dtype")
+            dtypes.add(str(dtype or "unknown"))
     return ", ".join(sorted(dtypes))
 
 
@@ -80,7 +86,10 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     if base is not None and not (Path(base) / "config.json").is_file():
         raise ValueError(f"--base {base} is not a model folder (no config.json)")
     start = time.perf_counter()
-    base_path = Path(base) if base is not None else base_model(root, scale, progress=progress)
+    if not experiment.needs_base:
+        base_path = None
+    else:
+        base_path = Path(base) if base is not None else base_model(root, scale, progress=progress)
     ctx = Context(out=root / name, scale=scale, seeds=tuple(range(n_seeds)), base=base_path,
                   overwrite=overwrite, progress=progress)
     ctx.out.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,12 @@
 """What every experiment stands on: the reasoning task at a budget (`Scale`), one SFT base
 model per experiments folder (built once, reused by every experiment there), and training
 runs (`Arm`s) made of the library's own reasoning configs with dotted overrides and run by
-the library's own loop.
+the library's own loop. A Zero experiment's runs (`ZeroArm`s) are the library's Zero configs
+with overrides, run by the Zero loop; they need no base model.
 
     OUT/base/             the SFT run (configs/rlvr/reasoning_sft.yaml + the scale's overrides)
     OUT/base/model/       the base model every arm starts from
-    OUT/NAME/arms/LABEL_sSEED/   one RLVR run directory per arm and seed
+    OUT/NAME/arms/LABEL_sSEED/   one RLVR (or Zero) run directory per arm and seed
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..runtime.metrics import read_metrics
 from ..runtime.rundir import RunDirError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
+ZERO_CONFIGS = CONFIGS.parent / "zero"
 SFT_CONFIG = "reasoning_sft.yaml"     # under configs/rlvr/
 RL_CONFIG = "reasoning.yaml"
 
@@ -72,7 +74,7 @@ class Context:
     out: Path                   # the experiment's folder, OUT/NAME
     scale: Scale
     seeds: tuple[int, ...]
-    base: Path                  # the SFT base model every arm starts from
+    base: Path | None           # the SFT base model every arm starts from (Zero: None)
     overwrite: bool = False     # retrain arms instead of reusing finished ones
     progress: bool = True
 
@@ -118,6 +120,46 @@ class TrainedArm:
         from ..rlvr.config import RLVRConfig
 
         return load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(self.overrides))
+
+
+@dataclass(frozen=True)
+class ZeroArm:
+    """One setting a Zero experiment trains, once per seed: a label, a config under
+    configs/zero/ and its overrides (`train.seed` and the run directory are set per run)."""
+
+    label: str
+    config: str                 # e.g. "tictactoe.yaml"
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainedZeroArm:
+    arm: ZeroArm
+    seed: int
+    run_dir: Path
+    final: Path                 # the final model folder (model.json)
+    recipe: tuple[str, ...]     # the overrides on the arm's config, without the paths
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
+
+
+def train_zero_arm(ctx: Context, arm: ZeroArm, seed: int) -> TrainedZeroArm:
+    """Train `arm` with `seed` through the Zero loop (`zero.loop.train`); a finished run with
+    the same config is reused, a killed one continues, one with another config is refused."""
+    from ..zero.config import ZeroConfig
+    from ..zero.loop import train
+
+    run_dir = ctx.out / "arms" / f"{arm.label}_s{seed}"
+    recipe = (*arm.overrides, f"train.seed={seed}")
+    cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, [*recipe, f"out={run_dir}"])
+    try:
+        result = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite,
+                       progress=ctx.progress)
+    except RunDirError as exc:
+        raise RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
+                          "--overwrite to retrain the arms, or another --out") from None
+    return TrainedZeroArm(arm, seed, run_dir, result.final_dir, recipe)
 
 
 # Fields that change logging or speed only: a base built with other values is the same base.
@@ -190,13 +232,14 @@ def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     return TrainedArm(arm, seed, run_dir, final, base, overrides, recipe(ctx.scale, arm, seed))
 
 
-def train_arms(ctx: Context, arms: list[Arm],
-               on_arm: Callable[[TrainedArm], None] | None = None) -> dict[str, list[TrainedArm]]:
-    """Every arm with every seed; by label, in seed order."""
-    trained: dict[str, list[TrainedArm]] = {}
+def train_arms(ctx: Context, arms: list[Arm] | list[ZeroArm],
+               on_arm: Callable[[Any], None] | None = None) -> dict[str, list[Any]]:
+    """Every arm with every seed (RLVR or Zero runs); by label, in seed order."""
+    trained: dict[str, list[Any]] = {}
     for seed in ctx.seeds:
         for arm in arms:
-            done = train_arm(ctx, arm, seed)
+            done = train_zero_arm(ctx, arm, seed) if isinstance(arm, ZeroArm) \
+                else train_arm(ctx, arm, seed)
             trained.setdefault(arm.label, []).append(done)
             if on_arm is not None:
                 on_arm(done)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .record import Analysis
-from .setup import Arm, Context, TrainedArm
+from .setup import Arm, Context, ZeroArm
 
 Numbers = dict[str, Any]
 
@@ -24,9 +24,10 @@ class Experiment:
     name: str
     claim: str                  # one sentence
     setup: str                  # what is compared, on what, in a few sentences
-    arms: Callable[[str], list[Arm]]      # by scale name (quick | full)
-    measure: Callable[[Context, dict[str, list[TrainedArm]]], Numbers]
+    arms: Callable[[str], list[Arm] | list[ZeroArm]]      # by scale name (quick | full)
+    measure: Callable[[Context, dict[str, list[Any]]], Numbers]  # TrainedArm | TrainedZeroArm
     analyse: Callable[[Numbers], Analysis]
     plot: Callable[[Numbers, Path], Path]
     settings: dict[str, Any]    # by scale name: the experiment's own budget (a dataclass)
     minutes: float              # the full budget's estimated wall time on 2 cores, base excluded
+    needs_base: bool = True     # RLVR arms start from the SFT base; Zero arms need none
