@@ -46,7 +46,7 @@ demo-reasoning: $(STAMP)
 	$(BIN)/rlscale quickstart reasoning
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

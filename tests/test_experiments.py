@@ -7,6 +7,7 @@ import json
 import math
 import time
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ from rlscale.experiments import (
     length_norm,
     pass_at_k,
     tool_use,
+    zero_prior,
     zero_value_target,
 )
 from rlscale.experiments.record import FIGURE_NAME, load_result
@@ -169,6 +171,16 @@ def zero_value_target_numbers(mse, noise=(0.0,) * 3):
     return {"seeds": SEEDS, "simulations": 8, "positions": 4520, "arms": arms}
 
 
+def zero_prior_numbers(network_gain, noise=(0.0,) * 3):
+    """network_gain: the network prior's optimal-move share over the uniform one's at every
+    budget; `noise` on the network prior's."""
+    sims = [4, 16, 64]
+    uniform = [0.5, 0.7, 0.9]
+    return {"seeds": SEEDS, "simulations": sims, "primary": 16, "positions": 4520, "shares": {
+        "raw": per_seed([0.6]), "uniform": per_seed(uniform),
+        "network": [[u + network_gain + n for u in uniform] for n in noise]}}
+
+
 def dynamic_sampling_numbers(pass1, jitter=JITTER):
     """pass1: the final (off, on); the eval curves end there, `on` with twice the tokens."""
     arms = {}
@@ -295,6 +307,10 @@ SYNTHETIC = {
         "supports": zero_value_target_numbers([0.30, 0.20, 0.25]),
         "contradicts": zero_value_target_numbers([0.20, 0.30, 0.25]),
         "inconclusive": zero_value_target_numbers([0.30, 0.20, 0.25], NOISE)}),
+    "zero_prior": (zero_prior, {
+        "supports": zero_prior_numbers(0.1),
+        "contradicts": zero_prior_numbers(-0.1),
+        "inconclusive": zero_prior_numbers(0.1, NOISE)}),
 }
 
 
@@ -309,6 +325,15 @@ def test_each_analysis_gives_all_three_verdicts(name, tmp_path):
                                            for r in analysis.table.rows)
     module.plot(cases["supports"], tmp_path / "figure.png")  # three seeds: bands and error bars
     assert (tmp_path / "figure.png").read_bytes().startswith(PNG)
+
+
+def test_a_uniform_prior_keeps_the_values():
+    def evaluate(planes):
+        return np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]), np.array([0.5, -0.25])
+
+    priors, values = zero_prior.uniform_prior(evaluate)(np.zeros((2, 1)))
+    np.testing.assert_allclose(priors, 1 / 3)
+    np.testing.assert_allclose(values, [0.5, -0.25])
 
 
 def test_pass_at_k_crossing():

@@ -12,6 +12,7 @@ from . import (
     length_norm,
     pass_at_k,
     tool_use,
+    zero_prior,
     zero_value_target,
 )
 from .spec import Experiment
@@ -19,4 +20,5 @@ from .spec import Experiment
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
-    baseline_variance.EXPERIMENT, tool_use.EXPERIMENT, zero_value_target.EXPERIMENT)}
+    baseline_variance.EXPERIMENT, tool_use.EXPERIMENT, zero_value_target.EXPERIMENT,
+    zero_prior.EXPERIMENT)}

@@ -21,18 +21,13 @@ import numpy as np
 import torch
 
 from ..zero.agent import load_agent
-from ..zero.games.tictactoe import (
-    TicTacToe,
-    losses_to_minimax,
-    minimax_value,
-    optimal_moves,
-    reachable_positions,
-)
+from ..zero.games.tictactoe import losses_to_minimax
 from .plots import band, plt, save_figure
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm, series
 from .spec import Experiment, Numbers
 from .stats import cell, curve, paired
+from .tictactoe_exact import exact_table, optimal_share, raw_policy_moves
 from .verdict import Effect
 
 NAME = "zero_value_target"
@@ -71,16 +66,12 @@ def judge_network(final: Path, simulations: int) -> dict[str, float]:
     """The network in `final` against the exact solution: value MSE and sign agreement over
     every position with a move to play, the share whose raw-policy move is optimal, and the
     share of games lost to a perfect player by the raw policy and by the search."""
-    game = TicTacToe()
+    table = exact_table()
     agent = load_agent(final, simulations)
-    positions = reachable_positions()
-    planes = np.stack([game.planes(s) for s in positions])
     with torch.inference_mode():
-        priors, values = agent.net.evaluate(planes)
-    exact = np.array([minimax_value(s) for s in positions], dtype=np.float64)
-    legal = np.stack([game.legal_mask(s) for s in positions])
-    raw_moves = np.where(legal, priors, -1.0).argmax(axis=1)
-    raw = {s: int(m) for s, m in zip(positions, raw_moves, strict=True)}
+        priors, values = agent.net.evaluate(table.planes)
+    raw_moves = raw_policy_moves(table, priors)
+    raw = {s: int(m) for s, m in zip(table.positions, raw_moves, strict=True)}
     searched: dict = {}
 
     def search(state) -> int:
@@ -88,10 +79,9 @@ def judge_network(final: Path, simulations: int) -> dict[str, float]:
             searched[state] = int(agent.choose(state, simulations))
         return searched[state]
 
-    out = {"value_mse": float(np.mean((values - exact) ** 2)),
-           "value_sign": float(np.mean(np.sign(np.round(values)) == exact)),
-           "optimal_moves": float(np.mean([int(m) in optimal_moves(s)
-                                           for s, m in zip(positions, raw_moves, strict=True)]))}
+    out = {"value_mse": float(np.mean((values - table.values) ** 2)),
+           "value_sign": float(np.mean(np.sign(np.round(values)) == table.values)),
+           "optimal_moves": optimal_share(table, raw_moves)}
     for name, choose in (("raw_lost", raw.__getitem__), ("search_lost", search)):
         lost = [losses_to_minimax(choose, player) for player in (0, 1)]
         out[name] = sum(n for n, _ in lost) / sum(g for _, g in lost)
@@ -116,7 +106,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
             arm["iterations"] = steps
         out[label] = arm
     return {"seeds": list(ctx.seeds), "simulations": s.simulations,
-            "positions": len(reachable_positions()), "arms": out}
+            "positions": len(exact_table().positions), "arms": out}
 
 
 def analyse(numbers: Numbers) -> Analysis:
