@@ -170,7 +170,7 @@ def test_the_final_position_losses_mask_resigned_games():
     assert losses["ownership_loss"] > 0 and losses["score_loss"] > 0
 
 
-def test_the_ownership_head_learns_on_5x5_go():
+def test_the_ownership_and_score_heads_learn_on_5x5_go():
     torch.manual_seed(0)
     net = network_for(GO5, HEADS.model_copy(update={"channels": 32}))
     samples, _ = _actor(net, resign_threshold=None).play(24)
@@ -180,20 +180,23 @@ def test_the_ownership_head_learns_on_5x5_go():
     learner = Learner(net, TrainConfig(lr=3e-3))
     rng = np.random.default_rng(0)
 
-    def measured() -> float:  # the ownership loss of all the games' positions
+    def measured() -> tuple[float, float]:  # both losses over all the games' positions
         learner.net.eval()
         with torch.no_grad():
             out = learner.net.outputs(torch.from_numpy(samples.planes))
-        return float(ownership_loss(out.ownership_logits,
-                                    torch.from_numpy(samples.ownership.astype(np.float32)),
-                                    torch.from_numpy(samples.final_known)))
+        known = torch.from_numpy(samples.final_known)
+        own = ownership_loss(out.ownership_logits,
+                             torch.from_numpy(samples.ownership.astype(np.float32)), known)
+        score = score_loss(out.score, torch.from_numpy(samples.score / GO5.size ** 2), known)
+        return float(own), float(score)
 
-    before = measured()
+    (own0, score0) = measured()
     for _ in range(100):
         learner.step(window.sample(64, rng, GO5))
-    after = measured()
-    assert before > 0.65  # about log 2 per point, untrained
-    assert after < before - 0.1, (before, after)  # measured: 0.70 -> 0.51
+    own1, score1 = measured()
+    assert own0 > 0.65  # about log 2 per point, untrained
+    assert own1 < own0 - 0.1, (own0, own1)  # measured: 0.70 -> 0.51
+    assert score1 < 0.7 * score0, (score0, score1)
 
 
 @pytest.mark.parametrize("overrides, message", [
