@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -161,7 +162,7 @@ def test_lora_adapters_are_folded_in_and_disabled_adapters_are_the_base():
         plain = DecoderWeights.from_model(model)
         layer = plain.layers[0]
     base_qkv = build("qwen2").model.layers[0].self_attn
-    assert torch.equal(layer.qkv[: base_qkv.q_proj.weight.shape[0]], base_qkv.q_proj.weight)
+    assert torch.equal(layer.qkv.weight[: base_qkv.q_proj.weight.shape[0]], base_qkv.q_proj.weight)
 
 
 @torch.no_grad()
@@ -176,3 +177,26 @@ def test_bf16_autocast_decodes_in_bf16_close_to_fp32():
     assert next(model.parameters()).dtype == torch.float32  # the model itself is untouched
     agree = (fp32.completion_ids == bf16.completion_ids).float().mean().item()
     assert agree >= 0.75
+
+
+def test_a_projection_is_f_linear_packed_or_not():
+    from rlscale.rlvr.rollout.decoder import (
+        MKL_PACKED,
+        PACKED_BATCH_SIZES,
+        PACKED_MAX_ROWS,
+        Projection,
+    )
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 24), torch.randn(48)
+    proj = Projection(weight, bias)
+    assert proj.packable == MKL_PACKED and proj.shape == weight.shape
+    for rows in (1, 3, 8, 17, 32, 33, 64, 8):
+        x = torch.randn(rows, 24)
+        torch.testing.assert_close(proj(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    packed = [r for r in proj._packed]  # the last sizes seen, at most PACKED_MAX_ROWS rows
+    assert len(packed) <= PACKED_BATCH_SIZES and all(r <= PACKED_MAX_ROWS for r in packed)
+    assert (8 in packed) == MKL_PACKED
+    half = Projection(weight.bfloat16(), None)  # bf16 is F.linear itself
+    x = torch.randn(8, 24).bfloat16()
+    assert not half.packable and torch.equal(half(x), F.linear(x, weight.bfloat16()))

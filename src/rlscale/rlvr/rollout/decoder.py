@@ -53,16 +53,55 @@ def rms_norm(x: torch.Tensor, norm: RMSNormWeights) -> torch.Tensor:
     return norm.weight * x32.to(x.dtype)
 
 
+# MKL's packed GEMM through PyTorch's own op (the one inductor's weight prepacking emits):
+# present in the x86 CPU builds; anywhere else every projection is a plain F.linear.
+MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+PACKED_BATCH_SIZES = 4   # packed copies kept per projection (the last batch sizes seen)
+# Up to this many rows the packed GEMM was 1.1-3.8x F.linear on every projection shape of the
+# 0.8-31.5 M models (2 threads, AMX Xeon); at 64 rows it ranged 0.7-2.0x, so larger batches
+# stay on F.linear.
+PACKED_MAX_ROWS = 32
+
+
+class Projection:
+    """One linear map of the decoder, `x W^T + b`. In float32 on a CPU with MKL it runs
+    MKL's packed GEMM: the weight reordered once into the kernel's own layout, which a plain
+    `F.linear` re-packs on every call, a cost that weighs at decode's few rows (measured in
+    docs/performance.md). PyTorch's packed op serves the one batch size it was packed for
+    (and falls back to `F.linear` for others), so a copy is kept for each of the last
+    `PACKED_BATCH_SIZES` sizes seen. The results are those of `F.linear` (the same kernel
+    family); anything else (bf16, a GPU, no MKL) is `F.linear` itself."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.packable = (MKL_PACKED and weight.dtype == torch.float32
+                         and weight.device.type == "cpu")
+        self._packed: dict[int, torch.Tensor] = {}
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.weight.shape
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        if (not self.packable or x.dim() != 2 or x.dtype != torch.float32
+                or rows > PACKED_MAX_ROWS):
+            return F.linear(x, self.weight, self.bias)
+        packed = self._packed.get(rows)
+        if packed is None:
+            if len(self._packed) >= PACKED_BATCH_SIZES:
+                self._packed.pop(next(iter(self._packed)))
+            packed = self._packed[rows] = torch.ops.mkl._mkl_reorder_linear_weight(
+                self.weight, rows)
+        return torch.ops.mkl._mkl_linear(x, packed, self.weight, self.bias, rows)
+
+
 @dataclass(frozen=True)
 class LayerWeights:
-    qkv: torch.Tensor                # [(H + 2 Hk) d, D]
-    qkv_bias: torch.Tensor | None
-    out: torch.Tensor                # [D, H d]
-    out_bias: torch.Tensor | None
-    gate_up: torch.Tensor            # [2 I, D]
-    gate_up_bias: torch.Tensor | None
-    down: torch.Tensor               # [D, I]
-    down_bias: torch.Tensor | None
+    qkv: Projection                  # [(H + 2 Hk) d, D]
+    out: Projection                  # [D, H d]
+    gate_up: Projection              # [2 I, D]
+    down: Projection                 # [D, I]
     attn_norm: RMSNormWeights
     mlp_norm: RMSNormWeights
     q_norm: RMSNormWeights | None    # qwen3: RMSNorm over each head before the rotary
@@ -76,7 +115,7 @@ class DecoderWeights:
     layers: tuple[LayerWeights, ...]
     embed: torch.Tensor              # [V, D]
     final_norm: RMSNormWeights
-    lm_head: torch.Tensor            # [V, D]
+    lm_head: Projection              # [V, D]
     rotary: nn.Module                # the model's rotary embedding (any rope type)
     heads: int
     kv_heads: int
@@ -100,7 +139,8 @@ class DecoderWeights:
         attn = inner.layers[0].self_attn
         return cls(layers=layers, embed=inner.embed_tokens.weight.detach().to(dtype),
                    final_norm=RMSNormWeights.of(inner.norm, dtype),
-                   lm_head=model.lm_head.weight.detach().to(dtype), rotary=inner.rotary_emb,
+                   lm_head=Projection(model.lm_head.weight.detach().to(dtype), None),
+                   rotary=inner.rotary_emb,
                    heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
                    head_dim=attn.head_dim, intermediate=layers[0].down.shape[1],
                    scaling=attn.scaling, dtype=dtype)
@@ -179,10 +219,10 @@ def _layer_weights(layer, dtype: torch.dtype) -> LayerWeights:
     out, out_bias = _linear(a.o_proj)
     down, down_bias = _linear(m.down_proj)
     return LayerWeights(
-        qkv=_cat(q, k, v, dtype=dtype), qkv_bias=_cat(q_bias, k_bias, v_bias, dtype=dtype),
-        out=_cast(out, dtype), out_bias=_cast(out_bias, dtype),
-        gate_up=_cat(gate, up, dtype=dtype), gate_up_bias=_cat(gate_bias, up_bias, dtype=dtype),
-        down=_cast(down, dtype), down_bias=_cast(down_bias, dtype),
+        qkv=Projection(_cat(q, k, v, dtype=dtype), _cat(q_bias, k_bias, v_bias, dtype=dtype)),
+        out=Projection(_cast(out, dtype), _cast(out_bias, dtype)),
+        gate_up=Projection(_cat(gate, up, dtype=dtype), _cat(gate_bias, up_bias, dtype=dtype)),
+        down=Projection(_cast(down, dtype), _cast(down_bias, dtype)),
         attn_norm=RMSNormWeights.of(layer.input_layernorm, dtype),
         mlp_norm=RMSNormWeights.of(layer.post_attention_layernorm, dtype),
         q_norm=RMSNormWeights.of(getattr(a, "q_norm", None), dtype),
@@ -208,7 +248,7 @@ def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
     column = cache.append_column()
     bias = cache.bias[..., cache.start:cache.end]
     for i, layer in enumerate(w.layers):
-        qkv = F.linear(rms_norm(x, layer.attn_norm), layer.qkv, layer.qkv_bias)
+        qkv = layer.qkv(rms_norm(x, layer.attn_norm))
         q = qkv[:, :q_dim].view(batch, w.heads, w.head_dim)
         k = qkv[:, q_dim:q_dim + kv_dim].view(batch, w.kv_heads, w.head_dim)
         v = qkv[:, q_dim + kv_dim:].view(batch, w.kv_heads, w.head_dim)
@@ -224,8 +264,8 @@ def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
                               keys.transpose(-1, -2)) * w.scaling + bias
         probs = scores.float().softmax(-1).to(w.dtype)
         attn = torch.matmul(probs, values).reshape(batch, q_dim)
-        x = x + F.linear(attn, layer.out, layer.out_bias)
-        gate_up = F.linear(rms_norm(x, layer.mlp_norm), layer.gate_up, layer.gate_up_bias)
+        x = x + layer.out(attn)
+        gate_up = layer.gate_up(rms_norm(x, layer.mlp_norm))
         hidden = F.silu(gate_up[:, : w.intermediate]) * gate_up[:, w.intermediate:]
-        x = x + F.linear(hidden, layer.down, layer.down_bias)
-    return F.linear(rms_norm(x, w.final_norm), w.lm_head).float()
+        x = x + layer.down(hidden)
+    return w.lm_head(rms_norm(x, w.final_norm)).float()
