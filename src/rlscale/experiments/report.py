@@ -20,8 +20,9 @@ from .verdict import Z, describe
 HEADER = """# The field's claims, measured
 
 Each section is one `rlscale experiments` experiment on the reasoning task
-([reasoning.md](reasoning.md)): a claim from the literature, the runs that test it (the
-library's own configs and training loop), a figure, and a verdict computed from the numbers.
+([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`) on tic-tac-toe, whose exact
+solution judges a network: a claim from the literature, the runs that test it (the
+library's own configs and training loops), a figure, and a verdict computed from the numbers.
 
 How a verdict is reached: every effect is measured once per seed (a paired difference, e.g.
 arm B minus arm A trained with the same seed); its estimate is the mean over seeds with the
@@ -50,7 +51,7 @@ def _effects_table(result: ExperimentResult) -> str:
                  rows).markdown()
 
 
-def _arms(result: ExperimentResult) -> str:
+def _arms(result: ExperimentResult, experiment: Experiment) -> str:
     if not result.arms:
         return ("No training runs of the loop: everything is measured from the base model "
                 "(see the set-up).")
@@ -58,18 +59,21 @@ def _arms(result: ExperimentResult) -> str:
     for arm in result.arms:  # the seeds differ by train.seed only
         seen.setdefault(arm.label, [o for o in arm.overrides if not o.startswith("train.seed=")])
     lines = [f"{label}: {' '.join(overrides)}" for label, overrides in seen.items()]
-    return ("Arms (overrides on `configs/rlvr/reasoning.yaml`, with `model.path` the base and "
-            "`train.seed` the seed):\n\n```\n" + "\n".join(lines) + "\n```")
+    on = ("`configs/rlvr/reasoning.yaml`, with `model.path` the base and" if experiment.needs_base
+          else "the Zero config of the set-up, with")
+    return (f"Arms (overrides on {on} `train.seed` the seed):\n\n```\n" + "\n".join(lines)
+            + "\n```")
 
 
 def _budget(experiment: Experiment) -> str:
     def settings(scale: str) -> str:
         return ", ".join(f"{k} {v}" for k, v in asdict(experiment.settings[scale]).items())
 
+    base = ", plus ~7 min for the shared SFT base on first use" if experiment.needs_base else ""
+    smaller = "a smaller task and base" if experiment.needs_base else "a smaller self-play budget"
     return (f"**Budget.** Full: {settings('full')}, {FULL.seeds} seeds (estimated "
-            f"~{experiment.minutes:g} min on 2 cores, plus ~7 min for the shared SFT base on "
-            f"first use). Quick: {settings('quick')}, {QUICK.seeds} seed, on a smaller task and "
-            "base (`--quick`).")
+            f"~{experiment.minutes:g} min on 2 cores{base}). Quick: {settings('quick')}, "
+            f"{QUICK.seeds} seed, on {smaller} (`--quick`).")
 
 
 def section(name: str, result: ExperimentResult | None, figure: str | None) -> str:
@@ -92,7 +96,7 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
         parts.append(f"![{name}]({figure})")
     parts.append(result.analysis.table.markdown())
     parts += result.analysis.notes
-    parts.append(_arms(result))
+    parts.append(_arms(result, experiment))
     parts.append(f"```bash\n{result.command}\n```")
     return "\n\n".join(parts)
 

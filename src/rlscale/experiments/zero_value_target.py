@@ -167,4 +167,4 @@ EXPERIMENT = Experiment(
            "the 0.5 mix of z and the root search value, and the search value alone; each "
            "final network judged against the exact minimax solution."),
     arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=5, needs_base=False)  # an estimate: 6 runs of 8 tic-tac-toe iterations
+    minutes=9, needs_base=False)  # measured 8.5 min with --seeds 4 (12 runs), the cores shared with a Go run
