@@ -2,6 +2,7 @@ import io
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,6 +210,46 @@ def test_full_games_against_gnugo(our_colour, seed):
     assert plies > 30
     assert len(ours.moves) == plies  # every move of both sides went through our rules
     assert isinstance(ours.game, Go) and ours.game.size == 9
+
+
+SHIPPED_GO7 = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models" / "go7"
+RLSCALE = Path(sys.executable).parent / "rlscale"
+
+
+@pytest.mark.skipif(GNUGO is None, reason="GNU Go not installed (apt-get install gnugo)")
+def test_the_shipped_go7_model_plays_a_full_game_against_gnugo(our_colour="w"):
+    """`rlscale zero gtp` with the shipped 7x7 model, as a controller starts it, plays a
+    whole game against GNU Go (komi 9, area scoring): every move it sends is legal to GNU Go
+    and every GNU Go move legal to it, to two passes or a resignation. (Its matches, both
+    colours: docs/go_model_card.md.)"""
+    ours = GtpProcess([str(RLSCALE), "zero", "gtp", "--model", str(SHIPPED_GO7), "--size", "7",
+                       "--komi", "9", "--simulations", "16"])
+    gnugo = GtpProcess([GNUGO, "--mode", "gtp", "--level", "1", "--chinese-rules",
+                        "--capture-all-dead", "--positional-superko", "--seed", "1"])
+    try:
+        assert ask(ours, "name") == (True, "rlscale")
+        for command in ("boardsize 7", "clear_board", "komi 9"):
+            assert ask(ours, command)[0] and ask(gnugo, command)[0]
+        passes, moves = 0, []
+        for ply in range(2 * 49 + 20):
+            colour = "bw"[ply % 2]
+            mover, other = (ours, gnugo) if colour == our_colour else (gnugo, ours)
+            ok, move = ask(mover, f"genmove {colour}")
+            assert ok, f"genmove {colour} failed at ply {ply}: {move}"
+            moves.append(move.lower())
+            if move.lower() == "resign":
+                break
+            ok, message = ask(other, f"play {colour} {move}")
+            assert ok, f"{colour} {move} refused at ply {ply}: {message}"
+            passes = passes + 1 if move.lower() == "pass" else 0
+            if passes == 2:
+                break
+        assert passes == 2 or moves[-1] == "resign", moves
+        assert sum(m not in ("pass", "resign") for m in moves) >= 10  # a game, not two passes
+        assert re.fullmatch(r"[BW]\+\d+(\.5)?|0", ask(ours, "final_score")[1])
+    finally:
+        ours.close()
+        gnugo.close()
 
 
 def _save_go_model(path, play_mcts):

@@ -368,6 +368,28 @@ def test_a_run_continues_from_an_exported_training_state(tmp_path):
     assert refused.exit_code != 0 and "holds no checkpoint" in refused.output
 
 
+SHIPPED_GO7 = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models" / "go7"
+
+
+def test_the_committed_go7_training_state_continues_its_counters(tmp_path):
+    """The 7x7 Go run's state committed beside the code (models/go7: network, optimiser,
+    counters; no replay) continues in a fresh clone: one more iteration, counted on from
+    where the run stopped (a tiny self-play budget, so the config change is allowed)."""
+    saved = json.loads((SHIPPED_GO7 / "model.json").read_text())["extra"]["counters"]
+    args = [f"out={tmp_path / 'go7'}", f"train.iterations={saved['iteration'] + 1}",
+            "selfplay.concurrent_games=4", "selfplay.games_per_iteration=4",
+            "mcts.simulations=4", "mcts.gumbel_considered=4", "train.min_replay=64",
+            "train.batch_size=32", "train.threads=1", "network.ownership_head=true"]
+    cfg = load_config(ZeroConfig, CONFIGS / "go7.yaml", args)
+    with pytest.raises(RunDirError, match="changes the math"):
+        train(cfg, progress=False, resume_from=SHIPPED_GO7)
+    c = train(cfg, progress=False, resume_from=SHIPPED_GO7, allow_config_change=True).counters
+    assert (c.iteration, c.version) == (saved["iteration"] + 1, saved["version"] + 1)
+    # an iteration takes every game that finished by the step that made games_per_iteration
+    assert saved["games"] + 4 <= c.games <= saved["games"] + 8
+    assert c.learner_steps > saved["learner_steps"]
+
+
 def _states_after(game, move_lists):
     states = []
     for moves in move_lists:

@@ -44,7 +44,7 @@ class Settings:
 
 
 SETTINGS = {
-    "quick": Settings(iterations=2, simulations=(4, 16), primary=16, overrides=(
+    "quick": Settings(iterations=2, simulations=(2, 4), primary=4, overrides=(
         "mcts.simulations=8", "selfplay.concurrent_games=16", "selfplay.games_per_iteration=16",
         "train.min_replay=64", "train.batch_size=64", "checkpoint.every=1")),
     "full": Settings(iterations=8, simulations=(2, 4, 8, 16, 32, 64), primary=16,
