@@ -184,19 +184,22 @@ def test_a_projection_is_f_linear_packed_or_not():
         MKL_PACKED,
         PACKED_BATCH_SIZES,
         PACKED_MAX_ROWS,
+        PACKED_MIN_ROWS,
         Projection,
     )
 
     torch.manual_seed(0)
-    weight, bias = torch.randn(48, 24), torch.randn(48)
+    weight, bias = torch.randn(256, 24), torch.randn(256)
     proj = Projection(weight, bias)
     assert proj.packable == MKL_PACKED and proj.shape == weight.shape
-    for rows in (1, 3, 8, 17, 32, 33, 64, 8):
+    for rows in (1, 3, 8, 17, 32, 33, 64, 9, 10, 11, 8):
         x = torch.randn(rows, 24)
         torch.testing.assert_close(proj(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
-    packed = [r for r in proj._packed]  # the last sizes seen, at most PACKED_MAX_ROWS rows
-    assert len(packed) <= PACKED_BATCH_SIZES and all(r <= PACKED_MAX_ROWS for r in packed)
-    assert (8 in packed) == MKL_PACKED
+    packed = list(proj._packed)  # the last sizes seen, 8 to 32 rows
+    assert len(packed) <= PACKED_BATCH_SIZES
+    assert all(PACKED_MIN_ROWS <= r <= PACKED_MAX_ROWS for r in packed)
+    assert packed == ([9, 10, 11, 8] if MKL_PACKED else [])  # the oldest size goes first
+    assert not Projection(torch.randn(100, 24), None).packable  # too narrow to pay
     half = Projection(weight.bfloat16(), None)  # bf16 is F.linear itself
     x = torch.randn(8, 24).bfloat16()
     assert not half.packable and torch.equal(half(x), F.linear(x, weight.bfloat16()))

@@ -57,10 +57,12 @@ def rms_norm(x: torch.Tensor, norm: RMSNormWeights) -> torch.Tensor:
 # present in the x86 CPU builds; anywhere else every projection is a plain F.linear.
 MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 PACKED_BATCH_SIZES = 4   # packed copies kept per projection (the last batch sizes seen)
-# Up to this many rows the packed GEMM was 1.1-3.8x F.linear on every projection shape of the
-# 0.8-31.5 M models (2 threads, AMX Xeon); at 64 rows it ranged 0.7-2.0x, so larger batches
-# stay on F.linear.
-PACKED_MAX_ROWS = 32
+# Where the packed GEMM pays (benchmarks/packed_linear.py, 2 threads, AMX Xeon): at 8-32 rows
+# it was 1.04-2.4x F.linear on the 0.8-31.5 M models' projections with >= 256 outputs; at 1
+# row 0.5-1.0x, at 64 rows 0.97-1.08x, and on narrower maps (the 100-token output layer, the
+# 0.8 M model's 128-wide ones) 0.73-1.07x. Elsewhere a projection stays on F.linear.
+PACKED_MIN_ROWS, PACKED_MAX_ROWS = 8, 32
+PACKED_MIN_OUTPUTS = 256
 
 
 class Projection:
@@ -75,7 +77,7 @@ class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight, self.bias = weight, bias
         self.packable = (MKL_PACKED and weight.dtype == torch.float32
-                         and weight.device.type == "cpu")
+                         and weight.device.type == "cpu" and weight.shape[0] >= PACKED_MIN_OUTPUTS)
         self._packed: dict[int, torch.Tensor] = {}
 
     @property
@@ -85,7 +87,7 @@ class Projection:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
         if (not self.packable or x.dim() != 2 or x.dtype != torch.float32
-                or rows > PACKED_MAX_ROWS):
+                or not PACKED_MIN_ROWS <= rows <= PACKED_MAX_ROWS):
             return F.linear(x, self.weight, self.bias)
         packed = self._packed.get(rows)
         if packed is None:
