@@ -27,7 +27,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -44,15 +43,6 @@ def load_engine_benchmark():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def cpu_flags() -> str:
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("flags")).split(":", 1)[1].split()
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-    return " ".join(f for f in flags if f.startswith(("avx2", "avx512", "amx")))
 
 
 def save_preset(preset: str, out: Path) -> Path:
@@ -143,13 +133,14 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from rlscale.rlvr.model import load_model
+    from rlscale.runtime.device import machine_summary
 
     torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()
     bench = load_engine_benchmark()
     vllm = args.vllm_python if args.vllm_python.exists() else None
     modes = args.vllm_modes.split(",") if vllm else []
-    print(f"CPU flags: {cpu_flags()}; torch {torch.__version__}; {args.threads} thread(s); "
+    print(f"{machine_summary()}; {args.threads} thread(s); "
           f"{args.requests} requests x exactly N tokens, slots = batch = {args.slots}; "
           f"{args.dtype}; median of {args.repeats}")
     if vllm is None:

@@ -157,8 +157,7 @@ def train_zero_arm(ctx: Context, arm: ZeroArm, seed: int) -> TrainedZeroArm:
         result = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite,
                        progress=ctx.progress)
     except RunDirError as exc:
-        raise RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
-                          "--overwrite to retrain the arms, or another --out") from None
+        raise _not_reusable(run_dir, exc) from None
     return TrainedZeroArm(arm, seed, run_dir, result.final_dir, recipe)
 
 
@@ -227,9 +226,14 @@ def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     try:
         final = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite)
     except RunDirError as exc:  # the loop's words are about `rlvr train`'s flags
-        raise RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
-                          "--overwrite to retrain the arms, or another --out") from None
+        raise _not_reusable(run_dir, exc) from None
     return TrainedArm(arm, seed, run_dir, final, base, overrides, recipe(ctx.scale, arm, seed))
+
+
+def _not_reusable(run_dir: Path, exc: RunDirError) -> RunDirError:
+    """A loop's refusal, in the experiments' own flags."""
+    return RunDirError(f"the arm in {run_dir} cannot be reused ({first_line(exc)}); pass "
+                       "--overwrite to retrain the arms, or another --out")
 
 
 def train_arms(ctx: Context, arms: list[Arm] | list[ZeroArm],

@@ -37,6 +37,7 @@ from rlscale.runtime.checkpoint import (
     atomic_dir,
     checkpoint_path,
     checkpoint_step,
+    latest_checkpoint,
     load_latest_usable,
     prune_checkpoints,
     rng_state,
@@ -437,8 +438,6 @@ TRAINING_STATE_FILES = ("model.json", "model.safetensors", "trainer.pt")
 def training_state(path: str | Path) -> Path:
     """The checkpoint `path` names for `--resume-from`: a folder holding trainer.pt (a
     checkpoint, or one export_training_state wrote), or a run directory's newest checkpoint."""
-    from rlscale.runtime.checkpoint import latest_checkpoint
-
     path = Path(path)
     found = path if (path / "trainer.pt").is_file() else latest_checkpoint(path)
     if found is None or not all((found / name).is_file() for name in TRAINING_STATE_FILES):
@@ -554,12 +553,12 @@ def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None
 def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
            allow_config_change: bool, source: Path | None = None) -> TrainResult:
     if source is not None:  # checked before loading: a refused config costs no work
-        rundir.check_resume_config(run_dir, cfg, done=_saved_iteration(source),
-                                   length_key="train.iterations", free_fields=RESUME_FREE_FIELDS,
+        done = _saved_iteration(source)
+        rundir.check_resume_config(run_dir, cfg, done=done, length_key="train.iterations",
+                                   free_fields=RESUME_FREE_FIELDS,
                                    allow_change=allow_config_change,
                                    recorded_in=_recorded_config_dir(source))
-        found = source, _start_run(cfg, _saved_iteration(source) + 1, source,
-                                   replay_required=False)
+        found = source, _start_run(cfg, done + 1, source, replay_required=False)
     else:
         found = _resume_point(cfg, run_dir) if resume else None
     resumed_from, run = found if found is not None else (None, _start_run(cfg, 1, None))

@@ -58,9 +58,9 @@ def rms_norm(x: torch.Tensor, norm: RMSNormWeights) -> torch.Tensor:
 MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 PACKED_BATCH_SIZES = 4   # packed copies kept per projection (the last batch sizes seen)
 # Where the packed GEMM pays (benchmarks/packed_linear.py, 2 threads, AMX Xeon): at 8-32 rows
-# it was 1.04-2.4x F.linear on the 0.8-31.5 M models' projections with >= 256 outputs; at 1
-# row 0.5-1.0x, at 64 rows 0.97-1.08x, and on narrower maps (the 100-token output layer, the
-# 0.8 M model's 128-wide ones) 0.73-1.07x. Elsewhere a projection stays on F.linear.
+# it was 0.9-2.4x (1.3-2.4x at 32) F.linear on the 6.3-31.5 M models' projections with >= 256 outputs; at 1
+# row 0.55-1.09x, and on the 100-token output layer 0.84-1.27x. At 64 rows it was 1.1-1.5x in
+# the table's own run, not yet checked in a whole engine run: the cap stays at 32 for now.
 PACKED_MIN_ROWS, PACKED_MAX_ROWS = 8, 32
 PACKED_MIN_OUTPUTS = 256
 
