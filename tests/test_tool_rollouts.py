@@ -21,12 +21,12 @@ OPTIONS = {"min_terms": 2, "max_terms": 3, "max_digits": 2, "tool_share": 0.6,
 
 @pytest.fixture(scope="module")
 def tool_base(tmp_path_factory):
-    """A base that writes calculator calls in the task's markup (200 SFT steps)."""
+    """A base that writes calculator calls in the task's markup (100 SFT steps)."""
     root = tmp_path_factory.mktemp("tools")
     return sft(build_config(SFTConfig, {
         "init_preset": "tiny", "out": str(root / "base"), "run_dir": str(root / "sft"),
         "task": {"name": "long_arithmetic", "options": OPTIONS}, "data": {"examples": 2000},
-        "steps": 200, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10, "pack": True,
+        "steps": 100, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10, "pack": True,
         "tensorboard": False, "progress": False}))
 
 
