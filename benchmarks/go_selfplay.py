@@ -16,7 +16,8 @@ the trailing `key=value` arguments apply to every recipe, before its own overrid
 For each recipe and precision (`--precision`: float32, bfloat16, or auto, which the matmul
 probe of runtime/device.py resolves at `--threads`), in one process at `--threads` torch
 threads, an in-process `Actor` (zero/selfplay.py, what `runtime.actors: 0` runs) with a fresh
-network (speed does not depend on the weights; game length does) plays:
+network, or a trained one with `network.init_from=PATH` (a trained net concentrates its visits,
+so its trees are deeper and the tree's share grows; game length changes too), plays:
 
 1. `--warmup-steps` batched moves of every game in flight (compilation, first calls);
 2. the measured window: batched moves until `--seconds` have passed, uninstrumented. From it:
@@ -78,6 +79,7 @@ from rlscale.zero import mcts as mcts_module
 from rlscale.zero import selfplay as selfplay_module
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.games import make_game
+from rlscale.zero.loop import initial_network
 from rlscale.zero.network import PolicyValueNet, network_for, precision_workload, selfplay_batch
 from rlscale.zero.selfplay import Actor, PlayStats
 
@@ -234,10 +236,13 @@ class Limit:
 
 def build_actor(cfg: ZeroConfig, dtype: str, device: torch.device) -> tuple[Actor, BatchLog]:
     """A self-play actor as in-process training builds it (zero/loop.py), with a fresh
-    network, and the log of its network calls."""
+    network or the one `network.init_from` names (a trained net searches deeper trees and
+    plays shorter games), and the log of its network calls."""
     game = make_game(cfg.game.name, **cfg.game.kwargs)
     torch.manual_seed(cfg.train.seed)
-    net = network_for(game, cfg.network, dtype).to(device)
+    net = initial_network(cfg, game)
+    net.compute_dtype = dtype
+    net = net.to(device).eval()
     actor = Actor(game, net, cfg.mcts, cfg.selfplay, WeightStore(net.state_dict()),
                   np.random.default_rng([cfg.train.seed, 1]))
     actor.sync()
