@@ -17,6 +17,7 @@ from rlscale.experiments import (
     clip_higher,
     clipping,
     dynamic_sampling,
+    grpo_vs_zero,
     gspo_ratio_variance,
     kl_anchor,
     length_norm,
@@ -181,6 +182,20 @@ def zero_prior_numbers(network_gain, noise=(0.0,) * 3):
         "network": [[u + network_gain + n for u in uniform] for n in noise]}}
 
 
+def grpo_vs_zero_numbers(search_gain, noise=(0.0,) * 3):
+    """search_gain: AlphaZero's optimal-move share over GRPO's; `noise` on GRPO's."""
+    grpo_final = [0.7 + n for n in noise]
+    alphazero = {"optimal_moves": [0.7 + search_gain] * 3, "raw_lost": per_seed(0.3),
+                 "evaluations": per_seed(250000.0), "games": per_seed(1024.0),
+                 "trained_positions": per_seed(50000.0)}
+    grpo = {"optimal_moves": grpo_final, "raw_lost": [0.3 - search_gain] * 3,
+            "evaluations": per_seed(250500.0), "games": per_seed(36000.0),
+            "trained_positions": per_seed(250500.0), "steps": per_seed(90.0),
+            "curve": [[0.55, (0.55 + f) / 2, f] for f in grpo_final]}
+    return {"seeds": SEEDS, "positions": 64, "group": 8, "score_points": 2,
+            "arms": {"alphazero": alphazero, "grpo": grpo}}
+
+
 def dynamic_sampling_numbers(pass1, jitter=JITTER):
     """pass1: the final (off, on); the eval curves end there, `on` with twice the tokens."""
     arms = {}
@@ -311,6 +326,10 @@ SYNTHETIC = {
         "supports": zero_prior_numbers(0.1),
         "contradicts": zero_prior_numbers(-0.1),
         "inconclusive": zero_prior_numbers(0.1, NOISE)}),
+    "grpo_vs_zero": (grpo_vs_zero, {
+        "supports": grpo_vs_zero_numbers(0.1),
+        "contradicts": grpo_vs_zero_numbers(-0.1),
+        "inconclusive": grpo_vs_zero_numbers(0.1, NOISE)}),
 }
 
 

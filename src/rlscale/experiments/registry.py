@@ -7,6 +7,7 @@ from . import (
     clip_higher,
     clipping,
     dynamic_sampling,
+    grpo_vs_zero,
     gspo_ratio_variance,
     kl_anchor,
     length_norm,
@@ -21,4 +22,4 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
     baseline_variance.EXPERIMENT, tool_use.EXPERIMENT, zero_value_target.EXPERIMENT,
-    zero_prior.EXPERIMENT)}
+    zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT)}

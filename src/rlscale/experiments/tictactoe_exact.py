@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ..zero.games.tictactoe import TicTacToe, minimax_value, optimal_moves, reachable_positions
+from ..zero.games.tictactoe import (
+    TicTacToe,
+    losses_to_minimax,
+    minimax_value,
+    optimal_moves,
+    reachable_positions,
+)
 
 
 @dataclass(frozen=True)
@@ -42,3 +48,25 @@ def optimal_share(table: ExactTable, moves: np.ndarray) -> float:
 def raw_policy_moves(table: ExactTable, priors: np.ndarray) -> np.ndarray:
     """The most probable legal move of each position."""
     return np.where(table.legal, priors, -1.0).argmax(axis=1)
+
+
+@dataclass(frozen=True)
+class RawPolicyFigures:
+    """A network's raw policy (its most probable legal move, no search) against the exact
+    solution, and its value head's predictions for every position."""
+
+    optimal_moves: float        # the share of positions whose raw-policy move is optimal
+    lost: float                 # the share of a perfect player's games it loses (both sides)
+    values: np.ndarray          # [N] the value head's output, in the table's order
+
+
+def judge_raw_policy(net) -> RawPolicyFigures:
+    """`net` (a Zero PolicyValueNet for tic-tac-toe) over every position of the table, and
+    its raw policy against a perfect player that tries every one of its optimal replies."""
+    table = exact_table()
+    priors, values = net.evaluate(table.planes)
+    moves = raw_policy_moves(table, priors)
+    chosen = {s: int(m) for s, m in zip(table.positions, moves, strict=True)}
+    lost = [losses_to_minimax(chosen.__getitem__, player) for player in (0, 1)]
+    return RawPolicyFigures(optimal_share(table, moves),
+                            sum(n for n, _ in lost) / sum(g for _, g in lost), values)

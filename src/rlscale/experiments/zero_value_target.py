@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..zero.agent import load_agent
 from ..zero.games.tictactoe import losses_to_minimax
@@ -27,7 +26,7 @@ from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm, series
 from .spec import Experiment, Numbers
 from .stats import cell, curve, paired
-from .tictactoe_exact import exact_table, optimal_share, raw_policy_moves
+from .tictactoe_exact import exact_table, judge_raw_policy
 from .verdict import Effect
 
 NAME = "zero_value_target"
@@ -68,10 +67,7 @@ def judge_network(final: Path, simulations: int) -> dict[str, float]:
     share of games lost to a perfect player by the raw policy and by the search."""
     table = exact_table()
     agent = load_agent(final, simulations)
-    with torch.inference_mode():
-        priors, values = agent.net.evaluate(table.planes)
-    raw_moves = raw_policy_moves(table, priors)
-    raw = {s: int(m) for s, m in zip(table.positions, raw_moves, strict=True)}
+    raw = judge_raw_policy(agent.net)
     searched: dict = {}
 
     def search(state) -> int:
@@ -79,13 +75,11 @@ def judge_network(final: Path, simulations: int) -> dict[str, float]:
             searched[state] = int(agent.choose(state, simulations))
         return searched[state]
 
-    out = {"value_mse": float(np.mean((values - table.values) ** 2)),
-           "value_sign": float(np.mean(np.sign(np.round(values)) == table.values)),
-           "optimal_moves": optimal_share(table, raw_moves)}
-    for name, choose in (("raw_lost", raw.__getitem__), ("search_lost", search)):
-        lost = [losses_to_minimax(choose, player) for player in (0, 1)]
-        out[name] = sum(n for n, _ in lost) / sum(g for _, g in lost)
-    return out
+    lost = [losses_to_minimax(search, player) for player in (0, 1)]
+    return {"value_mse": float(np.mean((raw.values - table.values) ** 2)),
+            "value_sign": float(np.mean(np.sign(np.round(raw.values)) == table.values)),
+            "optimal_moves": raw.optimal_moves, "raw_lost": raw.lost,
+            "search_lost": sum(n for n, _ in lost) / sum(g for _, g in lost)}
 
 
 MEASURES = ("value_mse", "value_sign", "optimal_moves", "raw_lost", "search_lost")

@@ -1,0 +1,190 @@
+"""GRPO is what remains when search is unaffordable: a group of games from one position, the
+terminal reward, the group's mean as the baseline, no search and no value head. AlphaZero
+spends its network evaluations on search instead, and distils the search into the policy.
+At an equal number of network evaluations while playing, which policy is better?
+
+Tic-tac-toe judges both exactly (experiments/tictactoe_exact.py): each arm's raw policy (its
+most probable legal move) on all 4,520 positions, and the games it loses against a perfect
+player. The AlphaZero arm is configs/zero/tictactoe.yaml (32 simulations a move) for a short
+budget; the GRPO arm (experiments/game_grpo.py) starts from the same network architecture and
+plays until it has evaluated as many positions as that seed's AlphaZero run did in
+self-play (its simulations), i.e. ~32 times as many games. The learners' costs differ and are
+shown beside it: AlphaZero trains each sampled position several times (`sample_reuse`), GRPO
+each move once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import load_config
+from ..zero.config import ZeroConfig
+from ..zero.games.tictactoe import TicTacToe
+from ..zero.network import load_network, network_for
+from .game_grpo import GRPOGameSettings, train_grpo
+from .plots import band, plt, save_figure
+from .record import Analysis, Table
+from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm
+from .spec import Experiment, Numbers
+from .stats import cell, paired
+from .tictactoe_exact import judge_raw_policy
+from .verdict import Effect
+
+NAME = "grpo_vs_zero"
+CLAIM = ("GRPO is what remains when search is unaffordable: at an equal number of network "
+         "evaluations while playing, AlphaZero's search-distilled policy plays the optimal "
+         "move more often than a policy trained by GRPO on groups of sampled games "
+         "(tic-tac-toe, judged against the exact solution).")
+CONFIG = "tictactoe.yaml"
+SCORE_POINTS = 10           # the GRPO curve: the raw policy judged at every tenth of the budget
+
+
+@dataclass(frozen=True)
+class Settings:
+    iterations: int             # the AlphaZero arm's
+    overrides: tuple[str, ...]  # on configs/zero/tictactoe.yaml, beside the iterations
+    positions: int              # GRPO: start positions per step
+    group: int                  # GRPO: games from each
+
+
+SETTINGS = {
+    "quick": Settings(iterations=2, positions=16, group=4, overrides=(
+        "mcts.simulations=8", "selfplay.concurrent_games=16", "selfplay.games_per_iteration=16",
+        "train.min_replay=64", "train.batch_size=64", "checkpoint.every=1")),
+    # As zero_value_target's and zero_prior's full runs: ~1,000 AlphaZero games, early in
+    # the recipe (perfect play comes at ~30 iterations).
+    "full": Settings(iterations=8, positions=64, group=8, overrides=("checkpoint.every=4",)),
+}
+
+
+def arms(scale: str) -> list[ZeroArm]:
+    s = SETTINGS[scale]
+    return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
+
+
+def selfplay_evaluations(run: TrainedZeroArm) -> int:
+    """The network positions a Zero run evaluated in self-play: its simulations, summed over
+    the iterations (each logs its rate and its self-play seconds)."""
+    return round(sum(r["speed/simulations_per_second"] * r["speed/selfplay_seconds"]
+                     for r in run.metrics() if "speed/selfplay_seconds" in r))
+
+
+def learner_positions(run: TrainedZeroArm) -> int:
+    """Positions the Zero run's learner trained on (steps x batch)."""
+    cfg = load_config(ZeroConfig, ZERO_CONFIGS / run.arm.config, list(run.recipe))
+    steps = [r["counters/learner_steps"] for r in run.metrics() if "counters/learner_steps" in r]
+    return (steps[-1] if steps else 0) * cfg.train.batch_size
+
+
+def grpo_run(run: TrainedZeroArm, s: Settings) -> dict:
+    """GRPO from a fresh network of the AlphaZero run's shape, at that run's budget."""
+    cfg = load_config(ZeroConfig, ZERO_CONFIGS / run.arm.config, list(run.recipe))
+    game = TicTacToe()
+    torch.set_num_threads(cfg.train.threads)
+    torch.manual_seed(run.seed)
+    net = network_for(game, cfg.network)
+    budget = selfplay_evaluations(run)
+    progress = train_grpo(
+        game, net, GRPOGameSettings(evaluations=budget, positions=s.positions, group=s.group,
+                                    lr=cfg.train.lr, weight_decay=cfg.train.weight_decay),
+        seed=run.seed, score=lambda n: judge_raw_policy(n).optimal_moves,
+        score_points=SCORE_POINTS)
+    final = judge_raw_policy(net)
+    return {"optimal_moves": final.optimal_moves, "raw_lost": final.lost,
+            "evaluations": progress.evaluations, "games": progress.games,
+            "steps": progress.steps, "trained_positions": progress.moves_trained,
+            "curve": [score for _, score in progress.curve]}
+
+
+def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
+    s = SETTINGS[ctx.scale.name]
+    alphazero: dict[str, list] = {k: [] for k in (
+        "optimal_moves", "raw_lost", "evaluations", "games", "trained_positions")}
+    grpo: dict[str, list] = {k: [] for k in (
+        "optimal_moves", "raw_lost", "evaluations", "games", "trained_positions", "steps",
+        "curve")}
+    for run in trained["alphazero"]:
+        raw = judge_raw_policy(load_network(run.final, "tictactoe", {})[0])
+        games = [r["counters/games"] for r in run.metrics() if "counters/games" in r]
+        for key, value in (("optimal_moves", raw.optimal_moves), ("raw_lost", raw.lost),
+                           ("evaluations", selfplay_evaluations(run)),
+                           ("games", games[-1] if games else 0),
+                           ("trained_positions", learner_positions(run))):
+            alphazero[key].append(value)
+        for key, value in grpo_run(run, s).items():
+            grpo[key].append(value)
+    return {"seeds": list(ctx.seeds), "positions": s.positions, "group": s.group,
+            "score_points": SCORE_POINTS, "arms": {"alphazero": alphazero, "grpo": grpo}}
+
+
+def analyse(numbers: Numbers) -> Analysis:
+    az, grpo = numbers["arms"]["alphazero"], numbers["arms"]["grpo"]
+    effects = [
+        Effect("raw-policy optimal moves: AlphaZero - GRPO",
+               paired(grpo["optimal_moves"], az["optimal_moves"]), expected_sign=+1,
+               min_effect=0.01),
+        Effect("games lost to a perfect player: GRPO - AlphaZero",
+               paired(az["raw_lost"], grpo["raw_lost"]), expected_sign=+1, min_effect=0.01,
+               primary=False),
+    ]
+    rows = [[label, cell(arm["optimal_moves"]), cell(arm["raw_lost"]),
+             cell(arm["evaluations"], 0), cell(arm["games"], 0),
+             cell(arm["trained_positions"], 0)]
+            for label, arm in (("AlphaZero (search, distilled)", az),
+                               (f"GRPO ({numbers['positions']} positions x "
+                                f"{numbers['group']} games a step)", grpo))]
+    table = Table(["arm", "raw policy: optimal move", "raw policy: games lost",
+                   "network evaluations while playing", "games", "positions trained"], rows)
+    notes = ["Both arms are judged by their raw policy (no search at test time) over all "
+             "4,520 tic-tac-toe positions with a move to play, and against a perfect player "
+             "that tries every optimal reply, as either side; exact, no sampling. The budget "
+             "is AlphaZero's self-play simulations, matched per seed; the learners' work "
+             "(positions trained) is shown, not matched."]
+    curves = grpo["curve"]
+    start, half, end = (sum(c[i] for c in curves) / len(curves)
+                        for i in (0, len(curves[0]) // 2, -1))
+    notes.append(f"GRPO's optimal-move share: {start:.3f} for the fresh network, {half:.3f} "
+                 f"at half the budget, {end:.3f} at the end.")
+    if end - half > 0.02:
+        notes.append("GRPO was still improving when the budget ran out: the comparison is "
+                     "at this budget, not at convergence.")
+    return Analysis(effects, table, notes)
+
+
+def plot(numbers: Numbers, out: Path) -> Path:
+    az, grpo = numbers["arms"]["alphazero"], numbers["arms"]["grpo"]
+    budget = sum(az["evaluations"]) / len(az["evaluations"])
+    points = numbers["score_points"]
+    x = [budget * k / points for k in range(points + 1)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    band(ax, x, grpo["curve"], "GRPO (raw policy)")
+    mean_az = sum(az["optimal_moves"]) / len(az["optimal_moves"])
+    ax.scatter([budget], [mean_az], color="C1", zorder=3, label="AlphaZero's final raw policy")
+    ax.set_xlabel("network evaluations while playing (AlphaZero: simulations)")
+    ax.set_title("share of positions where the raw policy's move is optimal")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    labels = ["AlphaZero", "GRPO"]
+    means = [sum(a["raw_lost"]) / len(a["raw_lost"]) for a in (az, grpo)]
+    ax.bar(range(2), means, tick_label=labels, color=["C1", "C0"])
+    ax.set_title("raw policy: share of a perfect player's games lost")
+    ax.grid(alpha=0.3, axis="y")
+    return save_figure(fig, out)
+
+
+EXPERIMENT = Experiment(
+    name=NAME, claim=CLAIM,
+    setup=("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml, 32 simulations a move) for "
+           "8 iterations of 128 games; GRPO from a fresh network of the same shape, groups of "
+           "8 games from each of 64 random openings a step (both sides sampled from the "
+           "policy, reward = the outcome for the start player, group-mean baseline with std "
+           "normalisation, one on-policy update), until it has evaluated as many positions "
+           "as that seed's AlphaZero self-play; both raw policies judged against the exact "
+           "solution."),
+    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
+    minutes=6, needs_base=False)
