@@ -68,6 +68,17 @@ def test_ill_typed_yaml_names_the_field(tmp_path):
     assert "train.lr" in message and "fast" in message
 
 
+def test_a_learning_rate_that_would_overflow_the_optimiser_is_a_config_error(tmp_path):
+    # 1e38 used to reach AdamW and end in "value cannot be converted to type float".
+    message = config_error(RLVRConfig, write(tmp_path, BASE), ["train.lr=1e38"])
+    assert "train.lr" in message and "less than or equal to 10" in message
+    from rlscale.zero.config import ZeroConfig
+
+    message = config_error(ZeroConfig, None, ["train.lr_steps={3: 100}"])
+    assert "train.lr_steps.3" in message
+    assert "train.lr" in config_error(ZeroConfig, None, ["train.lr=-1"])
+
+
 def test_unknown_objective_is_named(tmp_path):
     message = config_error(RLVRConfig, write(tmp_path, {**BASE, "objective": "grpoo"}))
     assert "'grpoo'" in message and "dapo" in message

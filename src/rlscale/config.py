@@ -29,6 +29,9 @@ M = TypeVar("M", bound=StrictModel)
 
 # Where a run computes (`rlvr train`, `sft`, `zero train`); rlscale.runtime.device resolves it.
 Device = Literal["auto", "cpu", "cuda"]
+# The largest learning rate a config accepts (both loops): a step far above 1 overflows the
+# optimisers' float32 arithmetic, so it is a one-line config error, not a traceback from AdamW.
+MAX_LR = 10.0
 DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU"
 ComputeDtypeName = Literal["auto", "float32", "bfloat16"]
 COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 where the run's "

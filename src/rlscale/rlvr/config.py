@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from ..config import (
     COMPUTE_DTYPE_HELP,
     DEVICE_HELP,
+    MAX_LR,
     ComputeDtypeName,
     Device,
     LoggingConfig,
@@ -156,7 +157,7 @@ LossConfig = _loss_config()
 
 class TrainConfig(StrictModel):
     steps: int = Field(100, ge=1)
-    lr: float = Field(1e-4, gt=0)
+    lr: float = Field(1e-4, gt=0, le=MAX_LR)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
@@ -361,7 +362,7 @@ class SFTConfig(StrictModel):
     # documented base model is the fp32 one (see distill.target_logprobs).
     compute_dtype: ComputeDtypeName = Field(
         "float32", description=f"the matmuls of the SFT forward and backward: {COMPUTE_DTYPE_HELP}")
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(3e-3, gt=0, le=MAX_LR)
     warmup_steps: int = Field(50, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     save_every: int = Field(

@@ -7,13 +7,14 @@ explain their choices in comments.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
 from rlscale.config import (
     COMPUTE_DTYPE_HELP,
     DEVICE_HELP,
+    MAX_LR,
     ComputeDtypeName,
     ConfigError,
     Device,
@@ -153,9 +154,9 @@ class TrainConfig(StrictModel):
     sample_reuse: float = pydantic.Field(4.0, gt=0.0)
     min_replay: int = 512  # no updates until the window holds this many samples
     optimizer: Literal["sgd", "adamw"] = "adamw"
-    lr: float = 2e-3
+    lr: float = pydantic.Field(2e-3, gt=0.0, le=MAX_LR)
     # Step schedule: {iteration: lr} switches to lr from that iteration on, e.g. {90: 5e-4}.
-    lr_steps: dict[int, float] = {}
+    lr_steps: dict[int, Annotated[float, pydantic.Field(gt=0.0, le=MAX_LR)]] = {}
     momentum: float = 0.9  # sgd only
     weight_decay: float = 1e-4  # sgd: the L2 term; adamw: decoupled decay
     # Value target = (1 - m) * z + m * root search value (z is the game outcome).
