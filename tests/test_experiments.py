@@ -28,7 +28,7 @@ from rlscale.experiments import (
 )
 from rlscale.experiments.record import FIGURE_NAME, load_result
 from rlscale.experiments.registry import EXPERIMENTS
-from rlscale.experiments.report import write_report
+from rlscale.experiments.report import section, write_report
 from rlscale.experiments.runner import command, run_experiment
 from rlscale.experiments.setup import QUICK, Context, base_model, train_arm, windowed
 from rlscale.experiments.verdict import (
@@ -533,6 +533,9 @@ def test_a_rerun_reuses_finished_arms(experiments_root):
     result = run_experiment("clipping", quick=True, out=experiments_root, progress=False)
     assert metrics.stat().st_mtime_ns == before
     assert load_result(experiments_root / "clipping") == result
+    assert result.reused_runs == len(result.arms) > 0  # its minutes are not the experiment's
+    assert f"which reused {len(result.arms)} of {len(result.arms)} arm runs" in \
+        section("clipping", result, None)
     # an arm changed since it was trained is refused, with the experiments' own flags
     ctx = Context(out=experiments_root / "clipping", scale=QUICK, seeds=(0,),
                   base=experiments_root / "base" / "model", progress=False)

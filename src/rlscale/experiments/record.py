@@ -62,10 +62,11 @@ class ExperimentResult:
     arms: list[ArmRecord]
     analysis: Analysis
     figure: str                 # file name in the run directory
-    seconds: float
+    seconds: float              # this invocation's wall time
     date: str
     machine: str = ""           # runtime.device.machine_summary(); "" in older results
     compute_dtype: str = ""     # the arms' resolved train.compute_dtype(s)
+    reused_runs: int = 0        # arm runs found finished and reused, not trained, by it
 
     @property
     def verdict(self) -> Verdict:

@@ -42,6 +42,16 @@ rlscale experiments report                  # this file, from runs/experiments/*
 """
 
 
+def _wall_time(result: ExperimentResult) -> str:
+    """The run's minutes; a rerun that reused finished arm runs says so, since its minutes
+    are not the experiment's cost."""
+    minutes = f"{result.seconds / 60:.1f} min"
+    if not result.reused_runs:
+        return minutes
+    return (f"{minutes} for the run that wrote this, which reused {result.reused_runs} of "
+            f"{len(result.arms)} arm runs trained before")
+
+
 def _effects_table(result: ExperimentResult) -> str:
     rows = [[e.name, ", ".join(f"{v:+.4g}" for v in e.per_seed), describe(e),
              "+" if e.expected_sign > 0 else "-", "primary" if e.primary else "reported",
@@ -88,7 +98,7 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
                      "pipeline runs, not whether the claim holds.")
     parts.append(f"**Verdict: {result.verdict}** ({len(result.seeds)} seed"
                  f"{'s' if len(result.seeds) != 1 else ''}, {result.budget} budget, "
-                 f"{result.seconds / 60:.1f} min, {result.date})."
+                 f"{_wall_time(result)}, {result.date})."
                  + (f" Machine: {result.machine}; compute dtype {result.compute_dtype}."
                     if result.machine else ""))
     parts.append(_effects_table(result))

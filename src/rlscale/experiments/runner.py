@@ -25,7 +25,7 @@ from .record import (
     save_result,
 )
 from .registry import EXPERIMENTS
-from .setup import SCALES, Context, base_model, train_arms
+from .setup import SCALES, Context, base_model, is_finished, train_arms
 from .spec import Experiment
 
 DEFAULT_OUT = {"full": Path("runs/experiments"), "quick": Path("runs/experiments-quick")}
@@ -93,7 +93,10 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     ctx = Context(out=root / name, scale=scale, seeds=tuple(range(n_seeds)), base=base_path,
                   overwrite=overwrite, progress=progress)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    trained = train_arms(ctx, experiment.arms(scale.name))
+    arms = experiment.arms(scale.name)
+    reused = 0 if overwrite else sum(is_finished(ctx, arm.label, seed)
+                                     for seed in ctx.seeds for arm in arms)
+    trained = train_arms(ctx, arms)
     numbers = experiment.measure(ctx, trained)
     (ctx.out / MEASUREMENTS_NAME).write_text(json.dumps(numbers, indent=1) + "\n")
     analysis = experiment.analyse(numbers)
@@ -107,6 +110,6 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
               for runs in trained.values() for run in runs],
         analysis=analysis, figure=FIGURE_NAME, seconds=time.perf_counter() - start,
         date=datetime.date.today().isoformat(), machine=machine_summary(),
-        compute_dtype=arms_compute_dtype(trained))
+        compute_dtype=arms_compute_dtype(trained), reused_runs=reused)
     save_result(result, ctx.out)
     return result

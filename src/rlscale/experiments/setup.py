@@ -144,13 +144,23 @@ class TrainedZeroArm:
         return read_metrics(self.run_dir)
 
 
+def arm_run_dir(ctx: Context, label: str, seed: int) -> Path:
+    """Where an arm's run with `seed` lives (RLVR and Zero alike)."""
+    return ctx.out / "arms" / f"{label}_s{seed}"
+
+
+def is_finished(ctx: Context, label: str, seed: int) -> bool:
+    """Whether the arm's run already finished (a rerun reuses it without training)."""
+    return (arm_run_dir(ctx, label, seed) / "final").is_dir()
+
+
 def train_zero_arm(ctx: Context, arm: ZeroArm, seed: int) -> TrainedZeroArm:
     """Train `arm` with `seed` through the Zero loop (`zero.loop.train`); a finished run with
     the same config is reused, a killed one continues, one with another config is refused."""
     from ..zero.config import ZeroConfig
     from ..zero.loop import train
 
-    run_dir = ctx.out / "arms" / f"{arm.label}_s{seed}"
+    run_dir = arm_run_dir(ctx, arm.label, seed)
     recipe = (*arm.overrides, f"train.seed={seed}")
     cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, [*recipe, f"out={run_dir}"])
     try:
@@ -214,7 +224,7 @@ def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
     from ..rlvr.config import RLVRConfig
     from ..rlvr.loop import train
 
-    run_dir = ctx.out / "arms" / f"{arm.label}_s{seed}"
+    run_dir = arm_run_dir(ctx, arm.label, seed)
     base = ctx.base if arm.base is None else base_model(ctx.out.parent, ctx.scale,
                                                         variant=arm.base, progress=ctx.progress)
     overrides = (f"model.path={base}", f"run_dir={run_dir}", *recipe(ctx.scale, arm, seed),
