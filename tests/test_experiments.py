@@ -21,6 +21,7 @@ from rlscale.experiments import (
     gspo_ratio_variance,
     kl_anchor,
     length_norm,
+    length_penalty,
     pass_at_k,
     tool_use,
     zero_prior,
@@ -228,6 +229,25 @@ def length_norm_numbers(wrong, jitter=JITTER):
     return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 4, "arms": arms}
 
 
+def length_penalty_numbers(hard_gain, noise=(0.0,) * 3):
+    """hard_gain: the adaptive penalty's accuracy at 4 terms over the constant one's;
+    `noise` on the adaptive arm's."""
+    accuracy = {"none": {"2": 0.9, "4": 0.5}, "constant": {"2": 0.9, "4": 0.4},
+                "adaptive": {"2": 0.9, "4": 0.4 + hard_gain}}
+    length = {"none": {"2": 30.0, "4": 80.0}, "constant": {"2": 20.0, "4": 50.0},
+              "adaptive": {"2": 20.0, "4": 80.0}}
+    arms = {}
+    for name in length_penalty.PENALTIES:
+        shift = noise if name == "adaptive" else (0.0,) * 3
+        arms[name] = {"pass@1": per_seed(0.6), "mean_length": per_seed(50.0),
+                      "accuracy": [{lv: v + (n if lv == "4" else 0.0)
+                                    for lv, v in accuracy[name].items()} for n in shift],
+                      "length": [dict(length[name]) for _ in shift],
+                      "curves": {k: per_seed([50.0, 45.0]) for k in length_penalty.CURVES},
+                      "window_centres": [1.5, 3.5]}
+    return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 2, "arms": arms}
+
+
 def gspo_numbers(sequence_power, gspo_power, noise=(0.0,) * 3):
     """Variances that go as length ** power per seed (`noise` added to the powers, the
     opposite way for GSPO's)."""
@@ -326,6 +346,10 @@ SYNTHETIC = {
         "supports": zero_prior_numbers(0.1),
         "contradicts": zero_prior_numbers(-0.1),
         "inconclusive": zero_prior_numbers(0.1, NOISE)}),
+    "length_penalty": (length_penalty, {
+        "supports": length_penalty_numbers(0.1),
+        "contradicts": length_penalty_numbers(-0.1),
+        "inconclusive": length_penalty_numbers(0.1, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),

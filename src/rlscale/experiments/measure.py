@@ -57,6 +57,17 @@ def pass_at(model_path: Path, cfg: RLVRConfig, *, split: str, seed: int, prompts
                         temperature=cfg.eval.temperature, tools=turns)
 
 
+def by_level(details: dict[str, float], name: str) -> dict[str, float]:
+    """{level: value} from evaluate's `difficulty/<level>/<name>` details (string keys, as
+    JSON keeps them)."""
+    out = {}
+    for key, value in details.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "difficulty" and parts[2] == name:
+            out[parts[1]] = value
+    return out
+
+
 @contextlib.contextmanager
 def rollout_source(model, tokenizer, cfg: RLVRConfig) -> Iterator[InProcessRollouts]:
     """The sync loop's own sampler and verifier pool on `model`: `source.draw(step, 0, 0)`

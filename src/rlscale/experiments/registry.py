@@ -11,6 +11,7 @@ from . import (
     gspo_ratio_variance,
     kl_anchor,
     length_norm,
+    length_penalty,
     pass_at_k,
     tool_use,
     zero_prior,
@@ -20,6 +21,6 @@ from .spec import Experiment
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
-    dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, gspo_ratio_variance.EXPERIMENT,
-    baseline_variance.EXPERIMENT, tool_use.EXPERIMENT, zero_value_target.EXPERIMENT,
-    zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT)}
+    dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
+    gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, tool_use.EXPERIMENT,
+    zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import pass_at
+from .measure import by_level, pass_at
 from .plots import band, plt, save_figure
 from .record import Analysis, Table
 from .setup import Arm, BaseVariant, Context, TrainedArm, series
@@ -54,17 +54,6 @@ SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=2),
 def arms(scale: str) -> list[Arm]:
     steps = f"train.steps={SETTINGS[scale].steps}"
     return [Arm("no_tools", (steps,)), Arm("tools", (steps, *TOOLS), base=TOOL_BASE)]
-
-
-def by_level(details: dict[str, float], name: str) -> dict[str, float]:
-    """{level: value} from evaluate's `difficulty/<level>/<name>` details (string keys, as
-    JSON keeps them)."""
-    out = {}
-    for key, value in details.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "difficulty" and parts[2] == name:
-            out[parts[1]] = value
-    return out
 
 
 def model_figures(path: Path, cfg, seed: int, s: Settings, *, tools: bool) -> dict:
