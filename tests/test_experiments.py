@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from rlscale.cli import app
@@ -17,6 +18,7 @@ from rlscale.experiments import (
     clip_higher,
     clipping,
     dynamic_sampling,
+    forking_tokens,
     grpo_vs_zero,
     gspo_ratio_variance,
     kl_anchor,
@@ -248,6 +250,21 @@ def length_penalty_numbers(hard_gain, noise=(0.0,) * 3):
     return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 2, "arms": arms}
 
 
+def forking_numbers(concentration, noise=(0.0,) * 3):
+    """concentration: the full update's share of the change on the top 20% over random's;
+    `noise` on the top share."""
+    arms = {}
+    for name in forking_tokens.ARMS:
+        arms[name] = {"pass@1": per_seed(0.5), "top_share": [0.25 + concentration + n
+                                                             for n in noise],
+                      "random_share": per_seed(0.25), "top_entropy": per_seed(1.5),
+                      "entropy": per_seed(0.4), "tokens": per_seed(5000.0),
+                      "forks": [["+", 40, 90], ["=", 30, 200]],
+                      "examples": ["2[+]3 = 5 | x"]}
+    return {"seeds": SEEDS, "steps": 4, "prompts": 10, "samples": 2, "fork_prompts": 8,
+            "fork_samples": 2, "rho": 0.2, "arms": arms}
+
+
 def gspo_numbers(sequence_power, gspo_power, noise=(0.0,) * 3):
     """Variances that go as length ** power per seed (`noise` added to the powers, the
     opposite way for GSPO's)."""
@@ -350,6 +367,10 @@ SYNTHETIC = {
         "supports": length_penalty_numbers(0.1),
         "contradicts": length_penalty_numbers(-0.1),
         "inconclusive": length_penalty_numbers(0.1, NOISE)}),
+    "forking_tokens": (forking_tokens, {
+        "supports": forking_numbers(0.3),
+        "contradicts": forking_numbers(-0.2),
+        "inconclusive": forking_numbers(0.3, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),
@@ -377,6 +398,27 @@ def test_a_uniform_prior_keeps_the_values():
     priors, values = zero_prior.uniform_prior(evaluate)(np.zeros((2, 1)))
     np.testing.assert_allclose(priors, 1 / 3)
     np.testing.assert_allclose(values, [0.5, -0.25])
+
+
+def test_forking_measures_share_the_change_and_mark_the_forks():
+    from rlscale.experiments.measure import forking_tokens as forks_of
+    from rlscale.experiments.measure import random_mask_shares
+
+    change = torch.tensor([[4.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    shares = random_mask_shares(change, mask, size=3, draws=400, seed=0)
+    assert all(s in (0.0, 1.0) for s in shares)
+    assert np.mean(shares) == pytest.approx(3 / 6, abs=0.06)  # 3 of the 6 active tokens
+
+    class Chars:  # a tokenizer whose ids are character codes
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    ids = torch.tensor([[ord(c) for c in "2+3="], [ord(c) for c in "4+xx"]])
+    top = torch.tensor([[False, True, False, False], [False, True, False, False]])
+    forks, marked = forks_of(Chars(), ids, mask, top, most=5, shown=2)
+    assert forks == [("+", 2, 2)]
+    assert marked == ["2[+]3=", "4[+]"]
 
 
 def test_pass_at_k_crossing():

@@ -96,6 +96,21 @@ def policy_trainer(model, cfg: RLVRConfig) -> PolicyTrainer:
                                                        precision_workload(model)).name)
 
 
+def own_samples(model, tokenizer, task: Task, *, split: str, seed: int, prompts: int,
+                samples: int, max_new_tokens: int, temperature: float) -> PolicyBatch:
+    """`prompts` x `samples` completions `model` samples itself on the task's `split`, as the
+    trainer's batch (zero advantages: for measuring, not training)."""
+    fmt = PromptFormatter(tokenizer)
+    items = [ex for ex in examples(task, split, seed, prompts) for _ in range(samples)]
+    ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in items]
+    rollout = generate(model, ids, SamplingParams(max_new_tokens, temperature, 1.0),
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       generator=torch.Generator().manual_seed(seed))
+    return build_policy_batch(rollout.prompt_ids, rollout.completion_ids, rollout.mask,
+                              torch.zeros(len(items)), rollout.sampler_logprobs,
+                              tokenizer.pad_token_id, policy_version=0)
+
+
 @dataclass(frozen=True)
 class Drift:
     kl_to_reference: float   # per completion token, k3 on the model's own samples
@@ -113,15 +128,8 @@ def drift(model_path: Path, reference_path: Path, task: Task, *, split: str = "t
     reference, _ = load_model(reference_path)
     model.eval()
     reference.eval()
-    fmt = PromptFormatter(tokenizer)
-    items = [ex for ex in examples(task, split, seed, prompts) for _ in range(samples)]
-    ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in items]
-    rollout = generate(model, ids, SamplingParams(max_new_tokens, temperature, 1.0),
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                       generator=torch.Generator().manual_seed(seed))
-    batch = build_policy_batch(rollout.prompt_ids, rollout.completion_ids, rollout.mask,
-                               torch.zeros(len(items)), rollout.sampler_logprobs,
-                               tokenizer.pad_token_id, policy_version=0)
+    batch = own_samples(model, tokenizer, task, split=split, seed=seed, prompts=prompts,
+                        samples=samples, max_new_tokens=max_new_tokens, temperature=temperature)
     logp, entropy = completion_logprobs(model, batch, temperature, with_entropy=True)
     ref_logp, _ = completion_logprobs(reference, batch, temperature)
     mask = batch.mask
@@ -129,3 +137,81 @@ def drift(model_path: Path, reference_path: Path, task: Task, *, split: str = "t
     return Drift(kl_to_reference=float(objectives.masked_mean(kl, mask)),
                  entropy=float(objectives.masked_mean(entropy, mask)),
                  tokens=int(mask.sum()))
+
+
+@dataclass(frozen=True)
+class Forking:
+    """Where a trained model's change from its base lands, on the base's own samples."""
+
+    top_share: float         # share of sum |d log p| on the top-rho tokens by base entropy
+    random_share: float      # the same for random masks of the same size (mean of draws)
+    top_entropy: float       # mean base entropy of the top-rho tokens
+    entropy: float           # mean base entropy of all completion tokens
+    tokens: int              # completion tokens measured
+    forks: list[tuple[str, int, int]]  # (token text, times in the top-rho, times overall)
+    examples: list[str]      # completions with each top-rho token marked [like this]
+
+
+@torch.no_grad()
+def forking(model_path: Path, base_path: Path, task: Task, *, rho: float = 0.2,
+            split: str = "test", seed: int = 0, prompts: int = 64, samples: int = 4,
+            max_new_tokens: int = 64, temperature: float = 1.0, draws: int = 32,
+            top_tokens: int = 12, shown: int = 3) -> Forking:
+    """How much of the change from `base` to `model` (|log p_model - log p_base| per token)
+    falls on the base's top-`rho` tokens by entropy (objectives.top_entropy_mask, the mask
+    `loss.entropy_top_rho` trains on), against `draws` random masks of the same size, on
+    `prompts` x `samples` completions the base samples itself."""
+    base, tokenizer = load_model(base_path)
+    model, _ = load_model(model_path)
+    base.eval()
+    model.eval()
+    batch = own_samples(base, tokenizer, task, split=split, seed=seed, prompts=prompts,
+                        samples=samples, max_new_tokens=max_new_tokens, temperature=temperature)
+    base_logp, entropy = completion_logprobs(base, batch, temperature, with_entropy=True)
+    logp, _ = completion_logprobs(model, batch, temperature)
+    mask = batch.mask > 0
+    change = (logp - base_logp).abs() * mask
+    top = objectives.top_entropy_mask(entropy, batch.mask, rho) > 0
+    total = float(change.sum())
+    random_shares = random_mask_shares(change, mask, int(top.sum()), draws, seed + 1)
+    forks, marked = forking_tokens(tokenizer, batch.completion_ids, mask, top, top_tokens, shown)
+    return Forking(top_share=float(change[top].sum()) / total if total else 0.0,
+                   random_share=sum(random_shares) / len(random_shares),
+                   top_entropy=float(entropy[top].mean()),
+                   entropy=float(entropy[mask].mean()), tokens=int(mask.sum()),
+                   forks=forks, examples=marked)
+
+
+def random_mask_shares(change: torch.Tensor, mask: torch.Tensor, size: int, draws: int,
+                       seed: int) -> list[float]:
+    """The share of `change`'s sum on `size` active tokens drawn uniformly, `draws` times:
+    the length-matched baseline a top-entropy share is compared with."""
+    total = float(change.sum())
+    if not total:
+        return [0.0] * draws
+    generator = torch.Generator().manual_seed(seed)
+    active = mask.flatten().nonzero().flatten()
+    flat = change.flatten()
+    return [float(flat[active[torch.randperm(len(active), generator=generator)[:size]]].sum())
+            / total for _ in range(draws)]
+
+
+def forking_tokens(tokenizer, ids: torch.Tensor, mask: torch.Tensor, top: torch.Tensor,
+                   most: int, shown: int) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """The `most` token texts most often among the `top` positions, each with (times in
+    top, times overall), and the first `shown` completions with the top tokens [marked]."""
+    counts: dict[str, list[int]] = {}
+    marked = []
+    for row in range(ids.shape[0]):
+        pieces = []
+        for col in mask[row].nonzero().flatten().tolist():
+            text = tokenizer.decode([int(ids[row, col])])
+            tally = counts.setdefault(text, [0, 0])
+            tally[1] += 1
+            if top[row, col]:
+                tally[0] += 1
+                text = f"[{text}]"
+            pieces.append(text)
+        marked.append("".join(pieces))
+    forks = sorted(((t, c[0], c[1]) for t, c in counts.items() if c[0]), key=lambda x: -x[1])
+    return forks[:most], marked[:shown]

@@ -7,6 +7,7 @@ from . import (
     clip_higher,
     clipping,
     dynamic_sampling,
+    forking_tokens,
     grpo_vs_zero,
     gspo_ratio_variance,
     kl_anchor,
@@ -22,5 +23,6 @@ from .spec import Experiment
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
-    gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, tool_use.EXPERIMENT,
-    zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT)}
+    gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, forking_tokens.EXPERIMENT,
+    tool_use.EXPERIMENT, zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT,
+    grpo_vs_zero.EXPERIMENT)}

@@ -1,0 +1,148 @@
+"""Forking tokens: RLVR's change lands on the few high-entropy tokens where a reasoning path
+branches (Wang et al. 2025, "Beyond the 80/20 Rule"), and training on those alone is enough.
+
+Two GRPO runs from the SFT base (configs/rlvr/reasoning.yaml): the full update, and the update
+restricted to the top 20% of each minibatch's tokens by entropy (`loss.entropy_top_rho=0.2`).
+On completions the base samples itself, each token's change |log p_trained - log p_base| is
+summed over the base's top-20% tokens by entropy (the mask `entropy_top_rho` trains on) and
+compared with random masks of the same size: a share above theirs means the change is
+concentrated on the forks. The tokens most often among the forks, and traces with them
+[marked], show what they are. Held-out pass@1 of both arms says whether the restricted update
+keeps up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .measure import forking, pass_at, run_task
+from .plots import plt, save_figure
+from .record import Analysis, Table
+from .setup import Arm, Context, TrainedArm
+from .spec import Experiment, Numbers
+from .stats import cell, curve, paired
+from .verdict import Effect
+
+NAME = "forking_tokens"
+CLAIM = ("RLVR's update lands on high-entropy forking tokens: the base's top 20% of tokens by "
+         "entropy carry more of the trained model's log-prob change than 20% drawn at random, "
+         "and restricting the policy gradient to them (entropy_top_rho 0.2) matches the full "
+         "update's pass@1.")
+RHO = 0.2
+ARMS = {"full": (), "top20": (f"loss.entropy_top_rho={RHO}",)}
+LABELS = {"full": "full update", "top20": f"top {RHO:.0%} entropy tokens only"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int
+    prompts: int          # held-out prompts for pass@1
+    samples: int          # per prompt
+    fork_prompts: int     # held-out prompts the base samples for the change measurement
+    fork_samples: int
+
+
+SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=2, fork_prompts=16, fork_samples=2),
+            "full": Settings(steps=100, prompts=400, samples=4, fork_prompts=128,
+                             fork_samples=4)}
+
+
+def arms(scale: str) -> list[Arm]:
+    steps = f"train.steps={SETTINGS[scale].steps}"
+    return [Arm(name, (steps, *overrides)) for name, overrides in ARMS.items()]
+
+
+def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
+    s = SETTINGS[ctx.scale.name]
+    out: dict[str, dict] = {}
+    for name in ARMS:
+        arm: dict = {"pass@1": [], "top_share": [], "random_share": [], "top_entropy": [],
+                     "entropy": [], "tokens": []}
+        for run in trained[name]:
+            cfg = run.config()
+            arm["pass@1"].append(pass_at(run.final, cfg, split="test", seed=run.seed,
+                                         prompts=s.prompts, samples=s.samples,
+                                         ks=(1,)).pass_at[1])
+            f = forking(run.final, ctx.base, run_task(cfg), rho=RHO, seed=run.seed,
+                        prompts=s.fork_prompts, samples=s.fork_samples,
+                        max_new_tokens=cfg.rollout.max_new_tokens,
+                        temperature=cfg.rollout.temperature)
+            for key in ("top_share", "random_share", "top_entropy", "entropy", "tokens"):
+                arm[key].append(asdict(f)[key])
+            if run.seed == ctx.seeds[0]:
+                arm["forks"], arm["examples"] = f.forks, f.examples
+        out[name] = arm
+    return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
+            "samples": s.samples, "fork_prompts": s.fork_prompts,
+            "fork_samples": s.fork_samples, "rho": RHO, "arms": out}
+
+
+def analyse(numbers: Numbers) -> Analysis:
+    full, top = numbers["arms"]["full"], numbers["arms"]["top20"]
+    rho = numbers["rho"]
+    effects = [
+        Effect(f"full update: change on the top {rho:.0%} - on random {rho:.0%}",
+               paired(full["random_share"], full["top_share"]), expected_sign=+1,
+               min_effect=0.05),
+        Effect(f"pass@1: top {rho:.0%} only - full update",
+               paired(full["pass@1"], top["pass@1"]), expected_sign=+1, min_effect=0.01,
+               primary=False),
+        Effect(f"top-{rho:.0%} update: change on the top {rho:.0%} - on random {rho:.0%}",
+               paired(top["random_share"], top["top_share"]), expected_sign=+1,
+               min_effect=0.05, primary=False),
+    ]
+    rows = [[LABELS[name], cell(arm["pass@1"]), cell(arm["top_share"]),
+             cell(arm["random_share"]), cell(arm["top_entropy"], 2), cell(arm["entropy"], 2)]
+            for name, arm in numbers["arms"].items()]
+    table = Table(["arm", "pass@1", f"share of |d log p| on the base's top {rho:.0%}",
+                   f"on random {rho:.0%}", "base entropy there (nats)",
+                   "base entropy, all tokens"], rows)
+    forks = ", ".join(f"`{text!r}` {n}/{total}" for text, n, total in full.get("forks", []))
+    notes = [f"The change is measured on {numbers['fork_prompts']} held-out prompts x "
+             f"{numbers['fork_samples']} completions the base samples itself (first seed: "
+             f"~{full['tokens'][0]} tokens); the random baseline averages 32 masks of the "
+             f"same size; pass@1 on {numbers['prompts']} prompts x {numbers['samples']}.",
+             f"The tokens most often among the base's top {rho:.0%} (first seed; times "
+             f"there / times in all completions): {forks}."]
+    for example in full.get("examples", []):
+        notes.append("A base trace, forks [marked]: `" + example.replace("`", "'")
+                     .replace("\n", " / ") + "`")
+    return Analysis(effects, table, notes)
+
+
+def plot(numbers: Numbers, out: Path) -> Path:
+    a = numbers["arms"]
+    rho = numbers["rho"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    names = list(ARMS)
+    for offset, (key, label) in enumerate((("top_share", f"top {rho:.0%} by entropy"),
+                                          ("random_share", f"random {rho:.0%}"))):
+        stats = [curve([[v] for v in a[n][key]]) for n in names]
+        ax.bar([i + 0.4 * offset for i in range(len(names))], [m[0] for m, _ in stats],
+               width=0.4, yerr=[s[0] for _, s in stats], capsize=4, label=label)
+    ax.set_xticks([i + 0.2 for i in range(len(names))], [LABELS[n] for n in names],
+                  fontsize=8)
+    ax.axhline(rho, color="grey", lw=0.8, ls="--")
+    ax.set_title("share of the log-prob change from the base (mean ± SE)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    stats = [curve([[v] for v in a[n]["pass@1"]]) for n in names]
+    ax.bar(range(len(names)), [m[0] for m, _ in stats], yerr=[s[0] for _, s in stats],
+           capsize=6, tick_label=[LABELS[n] for n in names])
+    ax.set_title("held-out pass@1 (mean ± SE)")
+    ax.grid(alpha=0.3, axis="y")
+    return save_figure(fig, out)
+
+
+EXPERIMENT = Experiment(
+    name=NAME, claim=CLAIM,
+    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with the full policy gradient "
+           f"and with it restricted to the top {RHO:.0%} of tokens by entropy "
+           "(loss.entropy_top_rho), the same seeds; on the base's own held-out samples, the "
+           "share of |log p_trained - log p_base| on the base's top tokens by entropy against "
+           "random masks of the same size, the tokens that are forks, and pass@1."),
+    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
+    minutes=16)  # estimated: 4 x 100 GRPO steps (length_norm: 6 x 100 in 23.7 min)
