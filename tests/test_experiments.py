@@ -416,7 +416,7 @@ def test_forking_measures_share_the_change_and_mark_the_forks():
 
     ids = torch.tensor([[ord(c) for c in "2+3="], [ord(c) for c in "4+xx"]])
     top = torch.tensor([[False, True, False, False], [False, True, False, False]])
-    forks, marked = forks_of(Chars(), ids, mask, top, most=5, shown=2)
+    forks, marked = forks_of(Chars(), ids, mask, top, most=5)
     assert forks == [("+", 2, 2)]
     assert marked == ["2[+]3=", "4[+]"]
 

@@ -174,12 +174,12 @@ def forking(model_path: Path, base_path: Path, task: Task, *, rho: float = 0.2,
     top = objectives.top_entropy_mask(entropy, batch.mask, rho) > 0
     total = float(change.sum())
     random_shares = random_mask_shares(change, mask, int(top.sum()), draws, seed + 1)
-    forks, marked = forking_tokens(tokenizer, batch.completion_ids, mask, top, top_tokens, shown)
+    forks, marked = forking_tokens(tokenizer, batch.completion_ids, mask, top, top_tokens)
     return Forking(top_share=float(change[top].sum()) / total if total else 0.0,
                    random_share=sum(random_shares) / len(random_shares),
                    top_entropy=float(entropy[top].mean()),
                    entropy=float(entropy[mask].mean()), tokens=int(mask.sum()),
-                   forks=forks, examples=marked)
+                   forks=forks, examples=marked[::samples][:shown])  # distinct prompts
 
 
 def random_mask_shares(change: torch.Tensor, mask: torch.Tensor, size: int, draws: int,
@@ -197,9 +197,9 @@ def random_mask_shares(change: torch.Tensor, mask: torch.Tensor, size: int, draw
 
 
 def forking_tokens(tokenizer, ids: torch.Tensor, mask: torch.Tensor, top: torch.Tensor,
-                   most: int, shown: int) -> tuple[list[tuple[str, int, int]], list[str]]:
+                   most: int) -> tuple[list[tuple[str, int, int]], list[str]]:
     """The `most` token texts most often among the `top` positions, each with (times in
-    top, times overall), and the first `shown` completions with the top tokens [marked]."""
+    top, times overall), and every completion with its top tokens [marked]."""
     counts: dict[str, list[int]] = {}
     marked = []
     for row in range(ids.shape[0]):
@@ -214,4 +214,4 @@ def forking_tokens(tokenizer, ids: torch.Tensor, mask: torch.Tensor, top: torch.
             pieces.append(text)
         marked.append("".join(pieces))
     forks = sorted(((t, c[0], c[1]) for t, c in counts.items() if c[0]), key=lambda x: -x[1])
-    return forks[:most], marked[:shown]
+    return forks[:most], marked
