@@ -51,7 +51,7 @@ def test_the_opponents_moves_take_the_negated_group_advantage():
     played = PlayedGroup(
         planes=np.zeros((5, 3, 3, 3), np.float32), legal=np.ones((5, 9), bool),
         actions=np.zeros(5, np.int64), game_index=np.array([0, 0, 0, 1, 1]),
-        ply=np.array([0, 1, 2, 0, 1]), same_side=np.array([True, False, True, True, False]),
+        same_side=np.array([True, False, True, True, False]),
         rewards=np.array([1.0, -1.0], np.float32), evaluations=5)
     advantages = move_advantages(played, group=2)
     # GRPO's std-normalised group advantages are +1 and -1 for the two games.

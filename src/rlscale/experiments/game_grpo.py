@@ -62,7 +62,6 @@ class PlayedGroup:
     legal: np.ndarray           # [M, A]
     actions: np.ndarray         # [M]
     game_index: np.ndarray      # [M] which game the move belongs to
-    ply: np.ndarray             # [M] the move's index within its game (from the start)
     same_side: np.ndarray       # [M] bool: moved by the start position's player to move
     rewards: np.ndarray         # [G] each game's outcome for its start player
     evaluations: int
@@ -94,8 +93,7 @@ def play_group(game: Game, net: PolicyValueNet, starts: list[Any], group: int,
     """`group` games from every start, both sides sampled from `net`'s policy."""
     states = [s for s in starts for _ in range(group)]
     start_player = np.array([game.to_play(s) for s in states])
-    plies = np.zeros(len(states), dtype=np.int64)
-    planes, legal, actions, index, ply, mover = [], [], [], [], [], []
+    planes, legal, actions, index, mover = [], [], [], [], []
     live = [i for i, s in enumerate(states) if not game.is_terminal(s)]
     evaluations = 0
     while live:
@@ -108,18 +106,16 @@ def play_group(game: Game, net: PolicyValueNet, starts: list[Any], group: int,
         legal.append(batch_legal)
         actions.append(chosen)
         index.append(np.array(live))
-        ply.append(plies[live].copy())
         mover.append(np.array([game.to_play(states[i]) for i in live]))
         for i, action in zip(live, chosen, strict=True):
             states[i] = game.apply(states[i], int(action))
-            plies[i] += 1
         live = [i for i in live if not game.is_terminal(states[i])]
     outcome = np.array([game.outcome(s) for s in states], dtype=np.float32)  # player 0's view
     rewards = np.where(start_player == 0, outcome, -outcome)
     game_index = np.concatenate(index)
     same_side = np.concatenate(mover) == start_player[game_index]
     return PlayedGroup(np.concatenate(planes), np.concatenate(legal), np.concatenate(actions),
-                       game_index, np.concatenate(ply), same_side, rewards, evaluations)
+                       game_index, same_side, rewards, evaluations)
 
 
 def move_advantages(played: PlayedGroup, group: int) -> np.ndarray:
