@@ -47,8 +47,9 @@ import sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
-rows = ["| arm | overrides | iterations | self-play games | minutes | W / D / L vs base | "
-        "score | Elo vs base (95% CI) |", "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+rows = ["| arm | overrides | iterations | self-play games | learner steps | minutes | "
+        "W / D / L vs base | score | Elo vs base (95% CI) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
 for line in (out / "arms.txt").read_text().splitlines():
     arm, overrides = line.split("=", 1)
     metrics = (out / arm / "metrics.jsonl").read_text().splitlines()
@@ -60,7 +61,8 @@ for line in (out / "arms.txt").read_text().splitlines():
     else:
         cells = "(the anchor) | | "
     rows.append(f"| {arm} | `{overrides or 'go7.yaml as is'}` | {len(metrics)} | "
-                f"{last['counters/games']:,} | {last['counters/seconds'] / 60:.1f} | {cells} |")
+                f"{last['counters/games']:,} | {last['counters/learner_steps']:,} | "
+                f"{last['counters/seconds'] / 60:.1f} | {cells} |")
 (out / "table.md").write_text("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY
