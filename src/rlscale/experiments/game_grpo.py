@@ -161,10 +161,12 @@ def train_grpo(game: Game, net: PolicyValueNet, settings: GRPOGameSettings, seed
     marks = [settings.evaluations * k / score_points for k in range(score_points + 1)]
 
     def record() -> None:
-        while score is not None and len(progress.curve) < len(marks) and \
-                (progress.evaluations >= marks[len(progress.curve)] or
-                 progress.evaluations >= settings.evaluations):
-            progress.curve.append((round(marks[len(progress.curve)]), score(net)))
+        """Every mark reached since the last call gets the current score (judged once)."""
+        done = progress.evaluations >= settings.evaluations
+        reached = [m for m in marks[len(progress.curve):] if done or progress.evaluations >= m]
+        if score is not None and reached:
+            value = score(net)
+            progress.curve += [(round(m), value) for m in reached]
 
     record()
     while progress.evaluations < settings.evaluations:
