@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import objectives
+from .attention import training_attention
 from .layout import Layout, packed_layout, padded_layout
 
 
@@ -38,10 +39,11 @@ def layout_logits(model, layout: Layout) -> torch.Tensor:
     """`[N, V]` logits at `layout.logit_index` (the positions predicting completion tokens)."""
     inputs = dict(input_ids=layout.input_ids, attention_mask=layout.attention_mask,
                   position_ids=layout.position_ids, use_cache=False)
-    if _plain_output_layer(model):
-        hidden = model.get_decoder()(**inputs).last_hidden_state
-        return model.get_output_embeddings()(hidden[layout.logit_index])
-    return model(**inputs).logits[layout.logit_index]
+    with training_attention(model):
+        if _plain_output_layer(model):
+            hidden = model.get_decoder()(**inputs).last_hidden_state
+            return model.get_output_embeddings()(hidden[layout.logit_index])
+        return model(**inputs).logits[layout.logit_index]
 
 
 def make_layout(batch, pack: bool) -> Layout:
