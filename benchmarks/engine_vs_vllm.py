@@ -10,7 +10,7 @@ Each model (the library's presets, random weights, 1,024 positions) is saved onc
 runner loads the same folder. Every request generates exactly `tokens` tokens (EOS ignored),
 from `benchmarks/engine.py`'s arithmetic prompts; tokens/s is generated tokens over the wall
 time of the whole batch of requests. Runners: the engine (`--slots` slots), the same with
-its decode projections on plain F.linear (MKL's packed GEMM off: the before), the sync loop's
+its decode projections on plain F.linear (the packed GEMMs off: the before), the sync loop's
 static sampler and HF `generate` (batches of `--slots`), all in this process, and vLLM
 (max_num_seqs = `--slots`) through `benchmarks/engine_vllm.py` in vLLM's own venv (`make
 install-vllm`), started once per cell, one runner at a time (never two at once on the cores).
@@ -74,16 +74,17 @@ def time_in_process(bench, model, tokenizer, work, slots: int, repeats: int,
 
 
 def engine_unpacked(bench):
-    """The engine with every decode projection on F.linear (MKL's packed GEMM off): the
-    before of the packed projections, side by side."""
+    """The engine with every decode projection on F.linear (MKL's fp32 and oneDNN's bf16
+    packed GEMMs off): the before of the packed projections, side by side."""
     from rlscale.rlvr.rollout import decoder
 
     def run(model, tokenizer, work, slots):
-        kept, decoder.PACKED_MAX_ROWS = decoder.PACKED_MAX_ROWS, 0
+        kept = decoder.PACKED_MAX_ROWS, decoder.ONEDNN_PACKED
+        decoder.PACKED_MAX_ROWS, decoder.ONEDNN_PACKED = 0, False
         try:
             return bench.run_engine(model, tokenizer, work, slots)
         finally:
-            decoder.PACKED_MAX_ROWS = kept
+            decoder.PACKED_MAX_ROWS, decoder.ONEDNN_PACKED = kept
 
     return run
 

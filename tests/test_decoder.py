@@ -200,6 +200,20 @@ def test_a_projection_is_f_linear_packed_or_not():
     assert all(PACKED_MIN_ROWS <= r <= PACKED_MAX_ROWS for r in packed)
     assert packed == ([9, 10, 11, 8] if MKL_PACKED else [])  # the oldest size goes first
     assert not Projection(torch.randn(100, 24), None).packable  # too narrow to pay
-    half = Projection(weight.bfloat16(), None)  # bf16 is F.linear itself
-    x = torch.randn(8, 24).bfloat16()
-    assert not half.packable and torch.equal(half(x), F.linear(x, weight.bfloat16()))
+
+
+@pytest.mark.parametrize("shape", [(256, 24), (100, 128), (1024, 512), (512, 1536)])
+def test_a_bf16_projection_is_f_linear_bit_for_bit(shape):
+    """bf16 runs oneDNN on one packed copy of the weight for every batch size, with the
+    bits of F.linear (so the engine's tokens and log-probs do not move)."""
+    from rlscale.rlvr.rollout.decoder import ONEDNN_PACKED, Projection
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(*shape).bfloat16(), torch.randn(shape[0]).bfloat16()
+    for b in (bias, None):
+        proj = Projection(weight, b)
+        assert proj.onednn == ONEDNN_PACKED and not proj.packable
+        for rows in (1, 3, 8, 17, 32, 50, 64, 100):
+            x = torch.randn(rows, shape[1]).bfloat16()
+            assert torch.equal(proj(x), F.linear(x, weight, b)), rows
+        assert len(proj._packed) == int(ONEDNN_PACKED)  # one copy, whatever the sizes

@@ -63,21 +63,32 @@ PACKED_BATCH_SIZES = 4   # packed copies kept per projection (the last batch siz
 # the table's own run, not yet checked in a whole engine run: the cap stays at 32 for now.
 PACKED_MIN_ROWS, PACKED_MAX_ROWS = 8, 32
 PACKED_MIN_OUTPUTS = 256
+# bf16: oneDNN's linear on a weight reordered once into its blocked layout (the ops inductor
+# emits for bf16 weight prepacking). One copy serves every batch size: packed for 64 rows it
+# gave F.linear's bits at 1-64 rows, 1.1-2.9x faster on the 0.8-31.5 M models' projections
+# (benchmarks/packed_linear.py). Packed for 1 row it rounds differently at 50+ rows.
+ONEDNN_PACKED = (torch.backends.mkldnn.is_available()
+                 and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                 and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+ONEDNN_PACK_ROWS = 64
 
 
 class Projection:
-    """One linear map of the decoder, `x W^T + b`. In float32 on a CPU with MKL it runs
-    MKL's packed GEMM: the weight reordered once into the kernel's own layout, which a plain
-    `F.linear` re-packs on every call, a cost that weighs at decode's few rows (measured in
-    docs/performance.md). PyTorch's packed op serves the one batch size it was packed for
-    (and falls back to `F.linear` for others), so a copy is kept for each of the last
-    `PACKED_BATCH_SIZES` sizes seen. The results are those of `F.linear` (the same kernel
-    family); anything else (bf16, a GPU, no MKL) is `F.linear` itself."""
+    """One linear map of the decoder, `x W^T + b`, on a CPU through a weight kept packed in
+    the GEMM library's own layout, which a plain `F.linear` re-packs on every call, a cost
+    that weighs at decode's few rows (measured in docs/performance.md). fp32 with MKL: MKL's
+    packed GEMM, whose PyTorch op serves the one batch size it was packed for, so a copy is
+    kept for each of the last `PACKED_BATCH_SIZES` sizes seen, and only where it pays (8-32
+    rows, >= 256 outputs). bf16 with oneDNN: one packed copy for every size. The results are
+    those of `F.linear` (the same kernel families); anything else (fp16, a GPU, neither
+    library) is `F.linear` itself."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight, self.bias = weight, bias
-        self.packable = (MKL_PACKED and weight.dtype == torch.float32
-                         and weight.device.type == "cpu" and weight.shape[0] >= PACKED_MIN_OUTPUTS)
+        on_cpu = weight.device.type == "cpu"
+        self.packable = (MKL_PACKED and weight.dtype == torch.float32 and on_cpu
+                         and weight.shape[0] >= PACKED_MIN_OUTPUTS)
+        self.onednn = ONEDNN_PACKED and weight.dtype == torch.bfloat16 and on_cpu
         self._packed: dict[int, torch.Tensor] = {}
 
     @property
@@ -85,6 +96,8 @@ class Projection:
         return self.weight.shape
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.onednn and x.dim() == 2 and x.dtype == torch.bfloat16:
+            return self._onednn(x)
         rows = x.shape[0]
         if (not self.packable or x.dim() != 2 or x.dtype != torch.float32
                 or not PACKED_MIN_ROWS <= rows <= PACKED_MAX_ROWS):
@@ -96,6 +109,13 @@ class Projection:
             packed = self._packed[rows] = torch.ops.mkl._mkl_reorder_linear_weight(
                 self.weight, rows)
         return torch.ops.mkl._mkl_linear(x, packed, self.weight, self.bias, rows)
+
+    def _onednn(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self._packed.get(ONEDNN_PACK_ROWS)
+        if packed is None:  # on first use: a projection never called is never packed
+            packed = self._packed[ONEDNN_PACK_ROWS] = torch.ops.mkldnn._reorder_linear_weight(
+                self.weight.contiguous(), ONEDNN_PACK_ROWS)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
 
 
 @dataclass(frozen=True)
@@ -236,6 +256,22 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor,
+            scaling: float) -> torch.Tensor:
+    """Grouped-query attention of one new token per row without repeating keys: the group's
+    queries are rows, `[B, Hk, group, d]` against the cache window's `[B, Hk, T, d]`.
+
+    fp32: two matmuls and a softmax. Other dtypes: SDPA, which reads the window where it
+    lies: a bf16 matmul on the strided window copies it first, and at 32 rows x 200 columns
+    of the 31.5 M model's shape the matmul path took 1.86 ms per layer against SDPA's 0.80
+    (2 threads, AMX Xeon). fp32 keeps the matmuls: as fast there (0.65 ms both), and the
+    sampled tokens of fp32 runs stay those of earlier releases."""
+    if q.dtype != torch.float32:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scaling)
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling + bias
+    return torch.matmul(scores.softmax(-1), values)
+
+
 def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """Feed one token per row (`tokens`, `positions`: [B]); return the next-token logits
@@ -261,11 +297,8 @@ def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
         cache.keys[i, :, :, column] = k
         cache.values[i, :, :, column] = v
         keys, values = cache.layer_window(i)
-        # Grouped-query attention without repeating keys: [B, Hk, group, d] x [B, Hk, d, T].
-        scores = torch.matmul(q.view(batch, w.kv_heads, group, w.head_dim),
-                              keys.transpose(-1, -2)) * w.scaling + bias
-        probs = scores.float().softmax(-1).to(w.dtype)
-        attn = torch.matmul(probs, values).reshape(batch, q_dim)
+        attn = _attend(q.view(batch, w.kv_heads, group, w.head_dim), keys, values, bias,
+                       w.scaling).reshape(batch, q_dim)
         x = x + layer.out(attn)
         gate_up = layer.gate_up(rms_norm(x, layer.mlp_norm))
         hidden = F.silu(gate_up[:, : w.intermediate]) * gate_up[:, w.intermediate:]
