@@ -169,7 +169,7 @@ def test_the_language_model_workload_is_short_and_leaves_the_model_alone():
     model.train()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     workload = lm.precision_workload(model)
-    assert workload is not None and workload.key.startswith("lm LlamaForCausalLM")
+    assert workload is not None and workload.key.startswith("lm2 LlamaForCausalLM")
     assert workload.key == lm.precision_workload(lm.build_tiny_model("tiny", seed=1)[0]).key
     torch.manual_seed(3)
     expected = torch.rand(2)

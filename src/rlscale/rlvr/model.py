@@ -17,6 +17,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from ..runtime.device import Workload, parameter_signature
 from ..runtime.rundir import MODEL_MARKER, check_model_out
+from .attention import training_attention
+from .rollout.sampler import SamplingParams, generate
 from .tasks.base import Example
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -201,9 +203,10 @@ def enable_activation_checkpointing(model) -> None:
 
 
 # What `compute_dtype: auto` times for a language model: both halves of a GRPO step at a
-# small task's shape, the update's forward and backward over 4 x 128 tokens and sampling's
-# decode-sized forwards (64 rows x 1 token, 8 of them). A model whose pass would cost more
-# than WORKLOAD_MAX_GFLOP is matmul-bound; the matmul probe speaks for it.
+# small task's shape, through the code a run uses: the update's forward (the trainer's
+# attention) and backward over 4 x 128 tokens, and the sampler's decode steps for 64 rows
+# (8 tokens after an 8-token prompt). A model whose pass would cost more than
+# WORKLOAD_MAX_GFLOP is matmul-bound; the matmul probe speaks for it.
 WORKLOAD_TRAIN_SHAPE = (4, 128)
 WORKLOAD_DECODE_ROWS, WORKLOAD_DECODE_CALLS = 64, 8
 WORKLOAD_MAX_GFLOP = 50.0
@@ -221,21 +224,26 @@ def precision_workload(model) -> Workload | None:
     generator = torch.Generator(device=device).manual_seed(0)
     vocab = model.config.vocab_size
     train_ids = torch.randint(vocab, (rows, width), generator=generator, device=device)
-    decode_ids = torch.randint(vocab, (WORKLOAD_DECODE_ROWS, 1), generator=generator,
-                               device=device)
+    prompts = torch.randint(vocab, (WORKLOAD_DECODE_ROWS, WORKLOAD_DECODE_CALLS),
+                            generator=generator).tolist()
+    # No token ends a row early (no id is -1), so every pass decodes the same steps.
+    sampling = SamplingParams(max_new_tokens=WORKLOAD_DECODE_CALLS, temperature=1.0, top_p=1.0)
 
     def run() -> None:
         was_training, grads = model.training, [p.grad for p in params]
         model.eval()  # no dropout: it would draw from the global RNG
         try:
             with torch.no_grad():
-                for _ in range(WORKLOAD_DECODE_CALLS):
-                    model(decode_ids, use_cache=False)
-            logits = model(train_ids, use_cache=False).logits
+                generate(model, prompts, sampling, eos_token_id=-1, pad_token_id=0,
+                         generator=torch.Generator().manual_seed(0))
+            with training_attention(model):
+                logits = model(train_ids, use_cache=False).logits
             logits.float().logsumexp(-1).mean().backward()
         finally:
             for p, g in zip(params, grads, strict=True):
                 p.grad = g
             model.train(was_training)
 
-    return Workload(f"lm {parameter_signature(model)} {rows}x{width}", run)
+    # "lm2": the passes above; results cached for the older workload (HF's forward for the
+    # decode, SDPA in the update) are not reused.
+    return Workload(f"lm2 {parameter_signature(model)} {rows}x{width}", run)
