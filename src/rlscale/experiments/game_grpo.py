@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from ..rlvr.objectives import Aggregation, group_advantages, token_level_loss
-from ..runtime.optim import adamw
 from ..zero.games.base import Game
 from ..zero.network import PolicyValueNet
 
@@ -156,7 +155,8 @@ def train_grpo(game: Game, net: PolicyValueNet, settings: GRPOGameSettings, seed
     at budget fractions 0, 1/score_points, ..., 1."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    optimiser = adamw(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    optimiser = torch.optim.AdamW(net.parameters(), lr=settings.lr,
+                                  weight_decay=settings.weight_decay)
     progress = Progress()
     marks = [settings.evaluations * k / score_points for k in range(score_points + 1)]
 
