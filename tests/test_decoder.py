@@ -217,3 +217,24 @@ def test_a_bf16_projection_is_f_linear_bit_for_bit(shape):
             x = torch.randn(rows, shape[1]).bfloat16()
             assert torch.equal(proj(x), F.linear(x, weight, b)), rows
         assert len(proj._packed) == int(ONEDNN_PACKED)  # one copy, whatever the sizes
+
+
+def test_decode_attention_bf16_through_sdpa_is_within_bf16_rounding_of_exact():
+    """bf16 decode attention runs SDPA (fp32 accumulation); fp32 keeps the two matmuls, so an
+    fp32 run samples what it sampled before."""
+    from rlscale.rlvr.rollout.decoder import _attend
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(8, 2, 2, 32), torch.randn(8, 2, 40, 32), torch.randn(8, 2, 40, 32)
+    bias = torch.zeros(8, 1, 1, 40)
+    bias[:3, ..., :5] = float("-inf")  # three rows with left padding
+    scale = 32 ** -0.5
+    exact = torch.matmul((torch.matmul(q.double(), k.double().transpose(-1, -2)) * scale
+                          + bias.double()).softmax(-1), v.double())
+    fp32 = _attend(q, k, v, bias, scale)
+    assert torch.equal(fp32, torch.matmul((torch.matmul(q, k.transpose(-1, -2)) * scale + bias)
+                                          .softmax(-1), v))
+    bf16 = _attend(*(x.bfloat16() for x in (q, k, v, bias)), scale)
+    assert bf16.dtype == torch.bfloat16
+    assert (bf16.double() - exact).abs().max() < 1e-2
+    assert (bf16.double() - exact).abs().mean() < 1e-3

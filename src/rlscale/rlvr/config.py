@@ -168,7 +168,8 @@ class TrainConfig(StrictModel):
         0, ge=0, description="memory limit by tokens: a micro-batch holds at most this many "
         "prompt + completion tokens (a longer sequence alone); 0 = by micro_batch_size only")
     pack: bool = Field(
-        False, description="pack several sequences per row (no padding) in the update's forward")
+        True, description="pack several sequences per row (no padding) in the update's forward; "
+        "false: one padded row per sequence")
     compute_dtype: ComputeDtypeName = Field(
         "auto", description=f"the matmuls of sampling and the update: {COMPUTE_DTYPE_HELP}")
     gradient_checkpointing: bool = Field(
