@@ -18,7 +18,8 @@ both sides decode the full `--tokens` budget every step; the table shows each si
 completion length (a row ends at its EOS) so the equal work is visible.
 
 rlscale runs its real loop (`rlscale.rlvr.loop.train` on configs/rlvr/quickstart.yaml with
-the workload's overrides, everything else at its defaults); a step's time is `time/step_s`
+the workload's overrides, everything else at its defaults, so its update packs several
+sequences per row (`train.pack`) where TRL pads each); a step's time is `time/step_s`
 from the run's metrics.jsonl (collect, advantages, update). TRL runs `GRPOTrainer` with
 `steps_per_generation=1`, `num_iterations=1`, `gradient_accumulation_steps=1` and 64
 completions per device batch, so each optimiser step generates its own batch and skips the
