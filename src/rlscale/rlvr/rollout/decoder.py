@@ -65,8 +65,10 @@ PACKED_MIN_ROWS, PACKED_MAX_ROWS = 8, 32
 PACKED_MIN_OUTPUTS = 256
 # bf16: oneDNN's linear on a weight reordered once into its blocked layout (the ops inductor
 # emits for bf16 weight prepacking). One copy serves every batch size: packed for 64 rows it
-# gave F.linear's bits at 1-64 rows, 1.1-2.9x faster on the 0.8-31.5 M models' projections
-# (benchmarks/packed_linear.py). Packed for 1 row it rounds differently at 50+ rows.
+# gave F.linear's bits at 1-100 rows (tests/test_decoder.py) and ran 1.0-2.0x faster than
+# F.linear on the 6.3-31.5 M models' projections at 1-256 rows in a one-off timing (2
+# threads, AMX Xeon); whole engine runs, 1.05-1.3x (docs/performance.md). Packed for 1 row
+# it rounds differently at 50+ rows.
 ONEDNN_PACKED = (torch.backends.mkldnn.is_available()
                  and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
                  and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
