@@ -68,10 +68,14 @@ PACKED_MIN_OUTPUTS = 256
 # gave F.linear's bits at 1-100 rows (tests/test_decoder.py) and ran 1.0-2.0x faster than
 # F.linear on the 6.3-31.5 M models' projections at 1-256 rows in a one-off timing (2
 # threads, AMX Xeon); whole engine runs, 1.05-1.3x (docs/performance.md). Packed for 1 row
-# it rounds differently at 50+ rows.
+# it rounds differently at 50+ rows. oneDNN's bf16 kernels need AVX-512 (BW, VL, DQ) or
+# AVX-NE-CONVERT: on an AVX2-only CPU the reorder raises, so the check inductor makes before
+# it prepacks bf16 weights decides (F.linear emulates bf16 there).
 ONEDNN_PACKED = (torch.backends.mkldnn.is_available()
                  and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                 and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+                 and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+                 and hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported")
+                 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 ONEDNN_PACK_ROWS = 64
 
 
