@@ -25,6 +25,7 @@ from rlscale.experiments import (
     length_norm,
     length_penalty,
     pass_at_k,
+    staleness,
     tool_use,
     zero_prior,
     zero_value_target,
@@ -161,6 +162,28 @@ def clip_higher_numbers(entropy, jitter=JITTER):
 
 
 NOISE = (-0.4, 0.3, 0.1)  # per seed: a spread that swamps the effects (SE 0.21)
+
+
+def staleness_numbers(drift, jitter=JITTER):
+    """`drift` > 0: k = 4 trains on tokens further from pi_old than k = 0, runs faster, and
+    MIS recovers 0.1 of pass@1; < 0: the opposite on every count."""
+    def arm(k, kl, step_s, pass1, shift=(0.0,) * 3):
+        figures = [{"behaviour_kl": kl + j, "engine_kl": 0.001, "stale_kl": kl + j,
+                    "stale_share": 0.5 if k else 0.0, "lag_mean": k / 2 + j,
+                    "dropped_share": 0.0, "step_s": step_s + j, "train_s": 1.0,
+                    "tokens_per_s": 500.0, "busy_share": 0.5, "length_mean": 40.0, "length_max": 120.0,
+                    "weight_truncated": 0.0, "weight_masked": 0.0} for j in shift]
+        curves = {key: per_seed([k / 2, k / 2], shift) for key in staleness.CURVES}
+        return {"pass@1": per_seed(pass1, shift), "figures": figures, "curves": curves,
+                "steps": {key: [1, 2] for key in staleness.CURVES}}
+
+    arms = {"k0": arm(0, 0.01, 3.0, 0.5), "k1": arm(1, 0.01 + drift / 2, 3.0 - drift, 0.5),
+            "k4": arm(4, 0.01 + drift, 3.0 - 2 * drift, 0.5 - drift, jitter),
+            "k4_tis": arm(4, 0.01 + drift, 3.0 - 2 * drift, 0.5),
+            "k4_mis": arm(4, 0.01 + drift, 3.0 - 2 * drift, 0.5)}
+    sim = {str(k): {"lag_mean": k / 2, "dropped_share": 0.0, "step_s": 2.0} for k in (0, 1, 4)}
+    return {"seeds": SEEDS, "prompts": 10, "samples": 2, "engine_dtype": "bfloat16",
+            "arms": arms, "simulated": sim}
 
 
 def zero_value_target_numbers(mse, noise=(0.0,) * 3):
@@ -371,6 +394,10 @@ SYNTHETIC = {
         "supports": forking_numbers(0.3),
         "contradicts": forking_numbers(-0.2),
         "inconclusive": forking_numbers(0.3, NOISE)}),
+    "staleness": (staleness, {
+        "supports": staleness_numbers(0.1),
+        "contradicts": staleness_numbers(-0.1),
+        "inconclusive": staleness_numbers(0.1, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),
@@ -639,3 +666,27 @@ def test_report_lists_unmeasured_experiments_with_their_command(tmp_path):
     for name in EXPERIMENTS:
         assert f"rlscale experiments run {name}\n" in text
     assert text.count("Not measured yet") == len(EXPERIMENTS)
+
+
+def test_staleness_simulator_is_fitted_to_the_fresh_arm():
+    k0 = {"length_mean": 40.0, "length_max": 160.0, "tokens_per_s": 400.0, "busy_share": 0.5,
+          "train_s": 2.56}
+    cfg = staleness.simulator_config(k0, steps=6, prompts_per_step=8, group_size=4,
+                                     max_new_tokens=256, slots=64)
+    assert cfg.trainer.step_per_token_s == pytest.approx(2.56 / (8 * 4 * 40))
+    assert cfg.inference.decode_per_slot_s == pytest.approx(1 / 800)
+    assert cfg.workload.response.sigma == pytest.approx(math.log(4) / 2)
+    predicted = staleness.predictions(cfg)
+    assert set(predicted) == {"0", "1", "4"}
+    assert predicted["0"]["lag_mean"] == 0.0  # k = 0: every trained token is fresh
+    assert predicted["4"]["lag_mean"] >= predicted["1"]["lag_mean"] > 0.0
+    assert predicted["4"]["step_s"] <= predicted["0"]["step_s"]
+
+
+def test_staleness_behaviour_kl_weighs_fresh_and_lagged_tokens():
+    row = {"behaviour/stale_token_share": 0.25, "behaviour/engine_kl": 0.01,
+           "behaviour/stale_kl": 0.05}
+    assert staleness.behaviour_kl(row) == pytest.approx(0.75 * 0.01 + 0.25 * 0.05)
+    assert staleness.behaviour_kl({"behaviour/stale_token_share": 0.0,
+                                   "behaviour/engine_kl": 0.02}) == pytest.approx(0.02)
+    assert staleness.behaviour_kl({"loss/policy": 1.0}) is None

@@ -14,6 +14,7 @@ from . import (
     length_norm,
     length_penalty,
     pass_at_k,
+    staleness,
     tool_use,
     zero_prior,
     zero_value_target,
@@ -24,5 +25,5 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
     gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, forking_tokens.EXPERIMENT,
-    tool_use.EXPERIMENT, zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT,
+    tool_use.EXPERIMENT, staleness.EXPERIMENT, zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT,
     grpo_vs_zero.EXPERIMENT)}
