@@ -690,3 +690,29 @@ def test_staleness_behaviour_kl_weighs_fresh_and_lagged_tokens():
     assert staleness.behaviour_kl({"behaviour/stale_token_share": 0.0,
                                    "behaviour/engine_kl": 0.02}) == pytest.approx(0.02)
     assert staleness.behaviour_kl({"loss/policy": 1.0}) is None
+
+
+def test_report_keeps_results_measured_elsewhere(tmp_path):
+    """A fresh clone has no runs: a result saved beside the report is read back, and a
+    section the report already had for an experiment with no result anywhere is kept."""
+    from rlscale.experiments.record import Analysis, ExperimentResult, Table
+
+    out = tmp_path / "docs" / "experiments.md"
+    effect = Effect("an effect", (0.1, 0.12), expected_sign=+1)
+    saved = ExperimentResult(
+        name="staleness", claim=staleness.CLAIM, setup="s", budget="full", seeds=[0, 1],
+        command="rlscale experiments run staleness", arms=[],
+        analysis=Analysis([effect], Table(["a"], [["1"]]), ["a note"]), figure="figure.png",
+        seconds=60.0, date="2026-12-03")
+    (out.parent / "experiments").mkdir(parents=True)
+    (out.parent / "experiments" / "staleness.json").write_text(json.dumps(saved.as_dict()))
+    old_row = "| [clipping](#clipping) | the claim | supports (full, 2 seeds) |"
+    old_section = "## clipping\n\n**Claim.** the claim\n\n**Verdict: supports** (measured 2026-12-03)"
+    out.write_text(f"# old\n\n| experiment | claim | verdict |\n| --- | --- | --- |\n{old_row}\n\n"
+                   f"{old_section}\n\n## kl_anchor\n\nNot measured yet: x\n")
+    text = write_report(tmp_path / "no_runs", out).read_text()
+    assert old_section in text and old_row in text            # kept as it was
+    assert "**Verdict: supports** (2 seeds, full budget" in text  # staleness, from its json
+    assert "| [staleness](#staleness) |" in text and "a note" in text
+    assert text.count("Not measured yet") == len(EXPERIMENTS) - 2
+    assert text.index("## clipping") < text.index("## staleness")  # registry order

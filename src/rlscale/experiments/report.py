@@ -7,6 +7,7 @@ that reproduces it. An experiment without a saved result is listed with its comm
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -111,27 +112,63 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
     return "\n\n".join(parts)
 
 
+def previous_report(out: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The sections and summary rows of a report already at `out`, by experiment name (none
+    when there is no report): what a report keeps for an experiment whose result is neither
+    in the runs folder nor saved beside the report, e.g. in a fresh clone."""
+    if not Path(out).is_file():
+        return {}, {}
+    text = Path(out).read_text()
+    sections = {}
+    for chunk in text.split("\n## ")[1:]:
+        name = chunk.split("\n", 1)[0].strip()
+        if name in EXPERIMENTS and "Not measured yet" not in chunk:
+            sections[name] = "## " + chunk.rstrip("\n")
+    rows = {}
+    for line in text.splitlines():
+        for name in sections:
+            if line.startswith(f"| [{name}](#{name}) |"):
+                rows[name] = line
+    return sections, rows
+
+
 def write_report(runs: Path = Path("runs/experiments"),
                  out: Path = Path("docs/experiments.md")) -> Path:
-    """docs/experiments.md (or `out`) from the results under `runs`; figures are copied to
-    `out`'s folder under experiments/."""
+    """docs/experiments.md (or `out`) from the results under `runs`; figures and results are
+    copied to `out`'s folder under experiments/ (NAME.png, NAME.json), and read from there
+    for an experiment `runs` has no result of. An experiment with neither keeps the section
+    the report at `out` already had: a result measured elsewhere is never dropped."""
     out = Path(out)
     figures = out.parent / "experiments"
+    kept_sections, kept_rows = previous_report(out)
     sections, summary = [], []
     for name, experiment in EXPERIMENTS.items():
         result = load_result(Path(runs) / name)
         figure = None
-        if result is not None and (Path(runs) / name / result.figure).is_file():
+        if result is not None:
             figures.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Path(runs) / name / result.figure, figures / f"{name}.png")
-            figure = f"experiments/{name}.png"
+            (figures / f"{name}.json").write_text(json.dumps(result.as_dict(), indent=1) + "\n")
+            if (Path(runs) / name / result.figure).is_file():
+                shutil.copyfile(Path(runs) / name / result.figure, figures / f"{name}.png")
+                figure = f"experiments/{name}.png"
+        elif (figures / f"{name}.json").is_file():
+            result = ExperimentResult.from_dict(json.loads((figures / f"{name}.json").read_text()))
+            figure = f"experiments/{name}.png" if (figures / f"{name}.png").is_file() else None
+        if result is None and name in kept_sections:
+            sections.append(kept_sections[name])
+            summary.append(None)  # the old row, below
+            continue
         sections.append(section(name, result, figure))
         verdict = "not measured" if result is None else (
             f"{result.verdict} ({result.budget}, {len(result.seeds)} seed"
             f"{'s' if len(result.seeds) != 1 else ''})")
         summary.append([f"[{name}](#{name})", experiment.claim, verdict])
-    text = "\n\n".join([HEADER.format(z=Z).rstrip(),
-                        Table(["experiment", "claim", "verdict"], summary).markdown(),
+    table = Table(["experiment", "claim", "verdict"], [r for r in summary if r is not None])
+    lines = table.markdown().splitlines()
+    rows = iter(lines[2:])
+    body = [kept_rows.get(name, "") if row is None else next(rows)
+            for name, row in zip(EXPERIMENTS, summary, strict=True)]
+    text = "\n\n".join([HEADER.format(z=Z).rstrip(), "\n".join([*lines[:2], *body]),
                         *sections]) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
