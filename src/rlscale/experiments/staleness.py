@@ -273,10 +273,15 @@ def analyse(numbers: Numbers) -> Analysis:
             "sets the pace (the lag of trained tokens stays near 1 even when 4 is allowed, "
             "as the simulator also predicts), and it did less: its busy share fell from "
             f"{avg(a, 'busy_share'):.2f} to {avg(b, 'busy_share'):.2f} and its tokens/s over "
-            f"the run from {avg(a, 'tokens_per_s'):.0f} to {avg(b, 'tokens_per_s'):.0f}. At "
-            "k = 0 it decodes while the trainer waits; at k = 4 it decodes while the trainer "
-            "updates, on the same two cores and fed by the orchestrator thread inside the "
-            "trainer's process. The simulator assumes neither.")
+            f"the run from {avg(a, 'tokens_per_s'):.0f} to {avg(b, 'tokens_per_s'):.0f}, "
+            "while its decode time per step went from "
+            f"{avg(a, 'busy_share') * avg(a, 'step_s'):.2f} to "
+            f"{avg(b, 'busy_share') * avg(b, 'step_s'):.2f} s. The rest is outside its decode "
+            "calls: at k = 4 new weights reach it with rows running, and it rebuilds their KV "
+            "cache with the new weights (`rollout.recompute_cache_on_update`, on by default), "
+            "a prefill of every running row's context per version; at k = 0 its rows have "
+            "drained before the update. The simulator charges a weight load a fixed pause "
+            "and no rebuild.")
     elif speed != "supports" and len(numbers["seeds"]) > 1:
         notes.append("k = 4 did not make steps measurably faster than k = 0 here: with the "
                      "worker and the trainer on one core each, the one that is slower sets "
