@@ -16,6 +16,8 @@ from . import (
     pass_at_k,
     staleness,
     tool_use,
+    zero_compute,
+    zero_elo,
     zero_prior,
     zero_value_target,
 )
@@ -26,4 +28,4 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
     gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, forking_tokens.EXPERIMENT,
     tool_use.EXPERIMENT, staleness.EXPERIMENT, zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT,
-    grpo_vs_zero.EXPERIMENT)}
+    grpo_vs_zero.EXPERIMENT, zero_compute.EXPERIMENT, zero_elo.EXPERIMENT)}
