@@ -21,8 +21,8 @@ from .verdict import Z, describe
 HEADER = """# The field's claims, measured
 
 Each section is one `rlscale experiments` experiment on the reasoning task
-([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`) on tic-tac-toe, whose exact
-solution judges a network: a claim from the literature, the runs that test it (the
+([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero`) on tic-tac-toe
+or Connect Four, whose exact solutions judge a network: a claim from the literature, the runs that test it (the
 library's own configs and training loops), a figure, and a verdict computed from the numbers.
 
 How a verdict is reached: every effect is measured once per seed (a paired difference, e.g.
