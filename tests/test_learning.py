@@ -73,7 +73,7 @@ def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path):
     cfg = build_config(RLVRConfig, {
         "model": {"path": str(base)}, "run_dir": str(tmp_path / "grpo"), "task": task_cfg,
         "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 64},
-        "train": {"steps": 40, "lr": 3e-4, "warmup_steps": 5, "pack": True},
+        "train": {"steps": 80, "lr": 3e-4, "warmup_steps": 5, "pack": True},
         "loss": {"kl_coef": 0}, "checkpoint": {"every": 0}, "tensorboard": False,
         "progress": False})
     after = measure_reasoning(train(cfg))
