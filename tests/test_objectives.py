@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -182,6 +183,11 @@ def test_token_loss_by_hand(aggregation):
     assert metrics["clip/low_frac"] == pytest.approx(0.2, abs=1e-12)
     close(metrics["ratio/mean"], 1.0)  # (1 + 1.5 + 0.5 + 0.5 + 1.5) / 5
     close(metrics["ratio/max"], 1.5)
+    # both levels' spread whatever the level: token log-ratios 0, ln 1.5, ln 0.5 | ln 0.5,
+    # ln 1.5 (n - 1 variance); each sequence's sum is ln 0.75, so its spread is 0
+    close(metrics["ratio/token_log_var"],
+          statistics.variance([0.0, math.log(1.5), math.log(0.5), math.log(0.5), math.log(1.5)]))
+    close(metrics["ratio/sequence_log_var"], 0.0)
     loss.backward()
     assert torch.isfinite(logp.grad).all()
 
@@ -533,7 +539,8 @@ def test_loss_output_is_typed_and_logs_the_same_names():
     assert list(m.as_dict()) == [
         "behaviour/weight_mean", "behaviour/weight_max", "behaviour/truncated_frac",
         "behaviour/masked_frac", "kl/mean", "kl/loss", "clip/low_frac", "clip/high_frac",
-        "clip/frac", "ratio/mean", "ratio/max", "kl/old_new", "loss/policy", "loss"]
+        "clip/frac", "ratio/mean", "ratio/max", "ratio/token_log_var", "ratio/sequence_log_var",
+        "kl/old_new", "loss/policy", "loss"]
     # without a reference or a behaviour policy those figures are absent, not zero
     plain = policy_loss(LossInputs(logp, old, adv, mask), Objective()).metrics
     assert plain.kl_mean is None and plain.kl_loss is None and plain.behaviour == {}

@@ -180,6 +180,10 @@ class TrainConfig(StrictModel):
         True, description="an extra forward after a step: KL(new||old), where the update landed")
     post_update_stats_every: int = Field(
         10, ge=1, description="the post-update statistics on every N-th step (they cost a forward)")
+    reference_kl: bool = Field(
+        True, description="with post_update_stats: also KL(pi_old || reference) per token on "
+        "the step's samples (kl/reference), even when loss.kl_coef is 0; at kl_coef 0 this keeps "
+        "a frozen copy of the starting model (with LoRA: the adapters off, no copy)")
 
 
 class EvalConfig(StrictModel):
@@ -210,7 +214,8 @@ class HealthConfig(StrictModel):
 # otherwise on the machine a run resumes on.
 RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "train.compute_dtype",
                       "train.post_update_stats",
-                      "train.post_update_stats_every", "train.micro_batch_size",
+                      "train.post_update_stats_every", "train.reference_kl",
+                      "train.micro_batch_size",
                       "train.micro_batch_tokens", "train.pack", "train.gradient_checkpointing",
                       "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",
                       "runtime.address", "runtime.connect_timeout_s", "runtime.worker_threads")

@@ -139,7 +139,8 @@ class RLVRRun:
         if cfg.model.lora is not None:
             self.model = lora.apply_lora(self.model, cfg.model.lora, cfg.train.seed)
         self.reference = None  # with LoRA: the base model, by disabling the adapters
-        if self.objective.kl_coef > 0 and cfg.model.lora is None:
+        wants_reference = self.objective.kl_coef > 0 or (t.post_update_stats and t.reference_kl)
+        if wants_reference and cfg.model.lora is None:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
             self.reference.to(self.device).eval().requires_grad_(False)
         # On-policy distillation's teacher scores the student's samples (checked: same tokenizer).

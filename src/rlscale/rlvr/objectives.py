@@ -525,7 +525,8 @@ def policy_loss(inputs: LossInputs, objective: Objective) -> LossOutput:
             kl_loss_value = _float(kl_loss)
             loss = loss + o.kl_coef * kl_loss
 
-    ratio_figures = ratio_metrics(ratio, advantages, units, o.clip_low, o.clip_high)
+    ratio_figures = {**ratio_metrics(ratio, advantages, units, o.clip_low, o.clip_high),
+                     **log_ratio_spread(_masked_delta(logp, old_logp, mask), mask)}
     metrics = LossMetrics(
         policy_loss=_float(pg_loss), total_loss=_float(loss),
         kl_old_new=_float(masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask)),
@@ -547,6 +548,21 @@ def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: fl
     mean, largest = _stats(ratio, units, 1.0)
     return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
             "ratio/mean": mean, "ratio/max": largest}
+
+
+@torch.no_grad()
+def log_ratio_spread(delta: Tensor, mask: Tensor) -> dict[str, float]:
+    """The spread of the importance ratio at both levels, whatever level the objective
+    uses: the variance of the token log-ratios `delta` over active tokens, and of the
+    sequence log-ratios `sum_t delta_t` over sequences with an active token (logs: the
+    ratio itself is ruled by a few outliers). 0 where there are fewer than two units; both
+    are exactly 0 on-policy, where every ratio is 1."""
+    active = mask > 0
+    sequences = active.any(dim=-1)
+    tokens = delta.detach()[active]
+    sums = (delta.detach() * active).sum(dim=-1)[sequences]
+    return {"ratio/token_log_var": _float(tokens.var()) if tokens.numel() > 1 else 0.0,
+            "ratio/sequence_log_var": _float(sums.var()) if sums.numel() > 1 else 0.0}
 
 
 def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,

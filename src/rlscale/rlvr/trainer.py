@@ -346,10 +346,15 @@ class PolicyTrainer:
         change = (logp_after - logp_before).abs() * mask
         top = objectives.top_entropy_mask(entropy_before, mask, 0.2)
         total_change = float(change.sum())
-        return {
+        stats = {
             "policy/kl_new_old": float((kl * mask).sum()) / n,
             "policy/logp_change_mean": total_change / n,
             "policy/update_share_top20_entropy": (float((change * top).sum()) / total_change
                                                   if total_change > 0 else 0.0),
             "policy/top20_entropy_token_share": float(top.sum()) / n,
         }
+        ref_logp = self.reference_logprobs(batch)
+        if ref_logp is not None:  # how far the policy that sampled these is from the start
+            to_ref = objectives.kl_penalty(logp_before, ref_logp, "k3")
+            stats["kl/reference"] = float((to_ref * mask).sum()) / n
+        return stats
