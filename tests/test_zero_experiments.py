@@ -1,10 +1,10 @@
-"""The Zero experiments zero_compute and zero_elo: their analyses on synthetic numbers give
-each verdict, their figures draw, and their small helpers compute what they say. (The quick
-run of every registered experiment is in test_experiments.py.)"""
+"""The Zero experiments zero_compute, zero_elo and grpo_vs_zero_connect4: their analyses on
+synthetic numbers give each verdict, their figures draw, and their small helpers compute what
+they say. (The quick run of every registered experiment is in test_experiments.py.)"""
 
 import pytest
 
-from rlscale.experiments import zero_compute, zero_elo
+from rlscale.experiments import grpo_vs_zero_connect4, zero_compute, zero_elo
 from rlscale.experiments.registry import EXPERIMENTS
 from rlscale.experiments.verdict import experiment_verdict
 
@@ -50,6 +50,34 @@ def elo_numbers(elo, shifts=(-10.0, 0.0, 10.0)):
             "neighbours": 2, "runs": [elo_run(elo, s) for s in shifts]}
 
 
+def versus_arm(agreement, elo, spread, curve=None):
+    """One arm of grpo_vs_zero_connect4 over the seeds: its agreement and Elo moved by each
+    seed's `spread` (agreement by it, Elo by 2,500 times it)."""
+    arm = {"agreement": [agreement + j for j in spread],
+           "searched": [min(1.0, agreement + 0.1 + j) for j in spread],
+           "elo": [elo + 2500 * j for j in spread], "low": [elo - 120] * len(spread),
+           "high": [elo + 120] * len(spread), "evaluations": [370_000] * len(spread)}
+    if curve is None:
+        return {**arm, "games": [520] * len(spread), "trained_positions": [26_000] * len(spread)}
+    return {**arm, "games": [18_000] * len(spread), "trained_positions": [370_000] * len(spread),
+            "steps": [70] * len(spread), "curve": [[c + j for c in curve] for j in spread]}
+
+
+def versus_numbers(alphazero, grpo, spread=JITTER):
+    """`alphazero`, `grpo`: (raw-policy agreement, Elo); AlphaZero's values carry the
+    per-seed spread, so it is the spread of both primary effects."""
+    curve = [0.66 + (grpo[0] - 0.66) * k / 10 for k in range(11)]
+    return {"seeds": SEEDS, "positions": 32, "group": 8, "score_points": 10,
+            "files": ["Test_L3_R1", "Test_L2_R1", "Test_L2_R2"], "judged": 1500,
+            "simulations": 16, "games": 40, "anchors": ["random", "mcts:25", "mcts:100"],
+            "pairings": 10,
+            "arms": {"alphazero": versus_arm(*alphazero, spread),
+                     "grpo": versus_arm(*grpo, (0.0, 0.0, 0.0), curve)},
+            "anchor_elo": {"random": [[0.0, 0.0, 0.0]] * 3,
+                           "mcts:25": [[200.0, 100.0, 300.0]] * 3,
+                           "mcts:100": [[500.0, 380.0, 620.0]] * 3}}
+
+
 CASES = {
     zero_compute: {
         "supports": compute_numbers(DIMINISHING),
@@ -60,6 +88,10 @@ CASES = {
         "contradicts": elo_numbers([600.0, 560.0, 500.0, 450.0, 400.0, 380.0]),
         "inconclusive": elo_numbers([300.0, 420.0, 480.0, 550.0, 600.0, 400.0],
                                     (-400.0, 300.0, 100.0))},
+    grpo_vs_zero_connect4: {
+        "supports": versus_numbers((0.75, 400.0), (0.70, 250.0)),
+        "contradicts": versus_numbers((0.70, 250.0), (0.75, 400.0)),
+        "inconclusive": versus_numbers((0.75, 400.0), (0.70, 250.0), NOISE)},
 }
 
 
@@ -111,3 +143,28 @@ def test_elo_arms_keep_a_checkpoint_every_iteration():
         assert "checkpoint.every=1" in arm.overrides
         assert f"checkpoint.keep={s.iterations}" in arm.overrides
         assert f"train.iterations={s.iterations}" in arm.overrides
+
+
+def test_versus_connect4_effects_and_table():
+    """AlphaZero - GRPO, in that order, for both primary effects; the searched agreement is
+    reported beside them; the table has a row per arm and per anchor, the costs in it."""
+    analysis = grpo_vs_zero_connect4.analyse(versus_numbers((0.75, 400.0), (0.70, 250.0)))
+    agreement, elo, searched = analysis.effects
+    assert agreement.primary and elo.primary and not searched.primary
+    assert agreement.estimate.mean == pytest.approx(0.05)
+    assert elo.estimate.mean == pytest.approx(150.0)
+    assert [row[0].split()[0] for row in analysis.table.rows] == [
+        "AlphaZero", "GRPO", "anchor", "anchor", "anchor"]
+    assert {"network evaluations while playing", "games", "positions trained"} <= set(
+        analysis.table.columns)
+    assert analysis.table.rows[2][4] == "fixed"  # random, the fit's zero
+
+
+def test_versus_connect4_arm_is_the_alphazero_recipe():
+    """One AlphaZero arm on configs/zero/connect4.yaml; GRPO is trained inside `measure` at
+    that run's budget."""
+    for scale, s in grpo_vs_zero_connect4.SETTINGS.items():
+        (arm,) = grpo_vs_zero_connect4.arms(scale)
+        assert (arm.label, arm.config) == ("alphazero", "connect4.yaml")
+        assert f"train.iterations={s.iterations}" in arm.overrides
+        assert s.anchors[0] == "random"

@@ -15,6 +15,7 @@ each move once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +23,10 @@ import torch
 
 from ..config import load_config
 from ..zero.config import ZeroConfig
+from ..zero.games.base import Game
 from ..zero.games.tictactoe import TicTacToe
-from ..zero.network import load_network, network_for
-from .game_grpo import GRPOGameSettings, train_grpo
+from ..zero.network import PolicyValueNet, load_network, network_for
+from .game_grpo import GRPOGameSettings, Progress, train_grpo
 from .plots import band, plt, save_figure
 from .record import Analysis, Table
 from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm
@@ -79,19 +81,34 @@ def learner_positions(run: TrainedZeroArm) -> int:
     return (steps[-1] if steps else 0) * cfg.train.batch_size
 
 
-def grpo_run(run: TrainedZeroArm, s: Settings) -> dict:
-    """GRPO from a fresh network of the AlphaZero run's shape, at that run's budget."""
+def zero_costs(run: TrainedZeroArm) -> dict[str, int]:
+    """What a Zero run spent: network evaluations in self-play, games, positions trained."""
+    games = [r["counters/games"] for r in run.metrics() if "counters/games" in r]
+    return {"evaluations": selfplay_evaluations(run), "games": games[-1] if games else 0,
+            "trained_positions": learner_positions(run)}
+
+
+def grpo_at_budget(run: TrainedZeroArm, game: Game, positions: int, group: int,
+                   score: Callable[[PolicyValueNet], float]) -> tuple[PolicyValueNet, Progress]:
+    """GRPO from a fresh network of the Zero run's shape (its config's network, learning rate,
+    weight decay and threads; its seed) until it has evaluated as many positions as the run
+    did in self-play; `score(net)` at the start and after each `1/SCORE_POINTS` of that."""
     cfg = load_config(ZeroConfig, ZERO_CONFIGS / run.arm.config, list(run.recipe))
-    game = TicTacToe()
     torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(run.seed)
     net = network_for(game, cfg.network)
-    budget = selfplay_evaluations(run)
     progress = train_grpo(
-        game, net, GRPOGameSettings(evaluations=budget, positions=s.positions, group=s.group,
-                                    lr=cfg.train.lr, weight_decay=cfg.train.weight_decay),
-        seed=run.seed, score=lambda n: judge_raw_policy(n).optimal_moves,
-        score_points=SCORE_POINTS)
+        game, net, GRPOGameSettings(evaluations=selfplay_evaluations(run), positions=positions,
+                                    group=group, lr=cfg.train.lr,
+                                    weight_decay=cfg.train.weight_decay),
+        seed=run.seed, score=score, score_points=SCORE_POINTS)
+    return net, progress
+
+
+def grpo_run(run: TrainedZeroArm, s: Settings) -> dict:
+    """GRPO from a fresh network of the AlphaZero run's shape, at that run's budget."""
+    net, progress = grpo_at_budget(run, TicTacToe(), s.positions, s.group,
+                                   lambda n: judge_raw_policy(n).optimal_moves)
     final = judge_raw_policy(net)
     return {"optimal_moves": final.optimal_moves, "raw_lost": final.lost,
             "evaluations": progress.evaluations, "games": progress.games,
@@ -108,11 +125,9 @@ def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
         "curve")}
     for run in trained["alphazero"]:
         raw = judge_raw_policy(load_network(run.final, "tictactoe", {})[0])
-        games = [r["counters/games"] for r in run.metrics() if "counters/games" in r]
+        costs = zero_costs(run)
         for key, value in (("optimal_moves", raw.optimal_moves), ("raw_lost", raw.lost),
-                           ("evaluations", selfplay_evaluations(run)),
-                           ("games", games[-1] if games else 0),
-                           ("trained_positions", learner_positions(run))):
+                           *costs.items()):
             alphazero[key].append(value)
         for key, value in grpo_run(run, s).items():
             grpo[key].append(value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..zero.arena import compute_curve, load_network_agent
+from ..zero.arena import Agent, compute_curve, load_network_agent
 from ..zero.games.connect4 import Connect4
 from ..zero.perfect_play import AGREEMENT_FILES, solver_agreement
 from .plots import band, plt, save_figure
@@ -65,15 +65,19 @@ def arms(scale: str) -> list[ZeroArm]:
     return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
 
 
+def agreement_share(agent: Agent, positions: int) -> float:
+    """The share of the benchmark positions (the first `positions` of each agreement file)
+    where `agent`'s move keeps the solver's value."""
+    per_file = solver_agreement(agent, AGREEMENT_FILES, limit=positions)
+    return sum(r.agreed for r in per_file) / sum(r.positions for r in per_file)
+
+
 def compute_figures(final: Path, s: Settings, seed: int) -> dict[str, list[float]]:
     """For each budget: the share of the benchmark positions whose move keeps the solver's
     value, and (budgets > 0) the score against the network's own raw policy."""
     agent = load_network_agent(final, 0, game="connect4", seed=seed)
-    agreement = []
-    for sims in s.simulations:
-        per_file = solver_agreement(agent.with_simulations(sims), AGREEMENT_FILES,
-                                    limit=s.positions)
-        agreement.append(sum(r.agreed for r in per_file) / sum(r.positions for r in per_file))
+    agreement = [agreement_share(agent.with_simulations(sims), s.positions)
+                 for sims in s.simulations]
     searched = [n for n in s.simulations if n > 0]
     points = compute_curve(Connect4(), agent, searched, s.games, seed=seed)
     return {"agreement": agreement, "score": [0.5] + [p.result.score for p in points]}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -197,6 +198,81 @@ def act_many(agent: Any, game: Game, states: Sequence[Any]) -> np.ndarray:
     if hasattr(agent, "act_many"):
         return np.asarray(agent.act_many(game, states), np.int64)
     return np.array([agent.act(game, s) for s in states], np.int64)
+
+
+# -- agent specs (`--opponent`, `--agent`, anchors) ------------------------------------------
+
+# The search preallocates a node per simulation (x the game's moves): a budget beyond this
+# asks for gigabytes before the first move, and no game here gains from it.
+MAX_SIMULATIONS = 200_000
+
+
+def check_simulations(simulations: int, flag: str = "--simulations") -> int:
+    if not 0 <= simulations <= MAX_SIMULATIONS:
+        raise ValueError(f"{flag} must be in 0..{MAX_SIMULATIONS}, got {simulations}")
+    return simulations
+
+
+def load_model_agent(path: Path, game: str, simulations: int, search: str, seed: int,
+                     name: str | None = None, device: Any = "cpu") -> NetworkAgent:
+    """`load_network_agent` for a path a user gave: the budget checked, and a corrupt or
+    mismatched weights file named in a one-line ValueError."""
+    check_simulations(simulations)
+    try:
+        return load_network_agent(path, simulations, game=game, search=search, seed=seed,
+                                  name=name, device=device)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as err:  # a corrupt or mismatched weights file: say which file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"cannot load the model at {path}: {first}") from err
+
+
+def _count_after(spec: str, prefix: str) -> int:
+    try:
+        value = int(spec[len(prefix):])
+    except ValueError:
+        raise ValueError(f"bad agent {spec!r}: {prefix}N needs an integer N") from None
+    if value < (1 if prefix == "mcts:" else 0):
+        raise ValueError(f"bad agent {spec!r}: N is too small")
+    return check_simulations(value, f"agent {spec[:40]!r}: N")
+
+
+def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int,
+               device: Any = "cpu"):
+    """The agent a spec names (`random`, `mcts:N`, `raw`, `sims:N`, `model:PATH`, `solver`,
+    `gtp:COMMAND`); `main` returns the model's own agent (or is None when the spec does not
+    need it); a `model:PATH` network searches `simulations` with `search` on `device`."""
+    spec = spec.strip()
+    if spec == "random":
+        return RandomAgent(seed)
+    if spec.startswith("mcts:"):
+        return PureMCTSAgent(_count_after(spec, "mcts:"), seed)
+    if spec == "solver":
+        if game != "connect4":
+            raise ValueError("the solver agent plays connect4 only")
+        return SolverAgent(seed)
+    if spec == "model":
+        return main()
+    if spec == "raw":
+        return main().with_simulations(0, "raw policy")
+    if spec.startswith("sims:"):
+        return main().with_simulations(_count_after(spec, "sims:"))
+    if spec.startswith("model:"):
+        path = Path(spec[len("model:"):])
+        return load_model_agent(path, game, simulations, search, seed,
+                                name=f"{path.name}({simulations} sims)", device=device)
+    if spec.startswith("gtp:"):  # any GTP engine, e.g. gtp:/usr/games/gnugo --mode gtp
+        from rlscale.zero.gtp_client import gtp_agent
+
+        if game != "go":
+            raise ValueError(f"a gtp: agent plays go, not {game!r}")
+        agent = gtp_agent(spec[len("gtp:"):])
+        print(f"{agent.name}: every game saved as SGF in {agent.sgf_dir}", file=sys.stderr)
+        return agent
+    raise ValueError(
+        f"unknown agent {spec!r} (random, mcts:N, raw, sims:N, model:PATH, solver, gtp:COMMAND)"
+    )
 
 
 # -- matches ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ missing or wrong checkpoint, malformed or illegal move) is one `error: ...` line
 exit status 2, never a traceback (RLSCALE_DEBUG=1 shows it), by the guard every rlscale
 command shares (`rlscale.runtime.errors`).
 
-Agent specs (`--opponent`, `--agent`): `random`, `mcts:N` (pure MCTS, N random playouts per
+Agent specs (`--opponent`, `--agent`; `rlscale.zero.arena.make_agent`): `random`, `mcts:N` (pure MCTS, N random playouts per
 move), `raw` (the model's raw policy), `sims:N` (the model with N simulations), `model:PATH`
 (another checkpoint, e.g. an earlier one, with `--simulations`), `solver` (Connect Four only).
 A model plays with its saved play settings (`play_mcts` over its self-play search, see
@@ -33,17 +33,8 @@ import numpy as np
 import typer
 
 from rlscale.runtime.errors import USAGE_STATUS, guarded
+from rlscale.zero.arena import check_simulations, load_model_agent, make_agent
 from rlscale.zero.games.base import IllegalMove
-
-# The search preallocates a node per simulation (x the game's moves): a budget beyond this
-# asks for gigabytes before the first move, and no game here gains from it.
-MAX_SIMULATIONS = 200_000
-
-
-def check_simulations(simulations: int, flag: str = "--simulations") -> int:
-    if not 0 <= simulations <= MAX_SIMULATIONS:
-        raise ValueError(f"{flag} must be in 0..{MAX_SIMULATIONS}, got {simulations}")
-    return simulations
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -80,66 +71,8 @@ def _model_path(model: Path | None, game: str) -> Path:
 
 def _network_agent(model: Path | None, game: str, simulations: int, search: str, seed: int,
                    name: str | None = None, device: Any = "cpu"):
-    from rlscale.zero.arena import load_network_agent
-
-    check_simulations(simulations)
-    path = _model_path(model, game)
-    try:
-        return load_network_agent(path, simulations, game=game, search=search, seed=seed,
-                                  name=name, device=device)
-    except (ValueError, FileNotFoundError):
-        raise
-    except Exception as err:  # a corrupt or mismatched weights file: say which file
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"cannot load the model at {path}: {first}") from err
-
-
-def _count_after(spec: str, prefix: str) -> int:
-    try:
-        value = int(spec[len(prefix):])
-    except ValueError:
-        raise ValueError(f"bad agent {spec!r}: {prefix}N needs an integer N") from None
-    if value < (1 if prefix == "mcts:" else 0):
-        raise ValueError(f"bad agent {spec!r}: N is too small")
-    return check_simulations(value, f"agent {spec[:40]!r}: N")
-
-
-def make_agent(spec: str, game: str, main: Any, simulations: int, search: str, seed: int,
-               device: Any = "cpu"):
-    """The agent an `--opponent`/`--agent` spec names; `main` is the --model agent (or None
-    when the spec does not need it); a `model:PATH` network evaluates on `device`."""
-    from rlscale.zero.arena import PureMCTSAgent, RandomAgent, SolverAgent
-
-    spec = spec.strip()
-    if spec == "random":
-        return RandomAgent(seed)
-    if spec.startswith("mcts:"):
-        return PureMCTSAgent(_count_after(spec, "mcts:"), seed)
-    if spec == "solver":
-        if game != "connect4":
-            raise ValueError("the solver agent plays connect4 only")
-        return SolverAgent(seed)
-    if spec == "model":
-        return main()
-    if spec == "raw":
-        return main().with_simulations(0, "raw policy")
-    if spec.startswith("sims:"):
-        return main().with_simulations(_count_after(spec, "sims:"))
-    if spec.startswith("model:"):
-        path = Path(spec[len("model:"):])
-        return _network_agent(path, game, simulations, search, seed,
-                              name=f"{path.name}({simulations} sims)", device=device)
-    if spec.startswith("gtp:"):  # any GTP engine, e.g. gtp:/usr/games/gnugo --mode gtp
-        from rlscale.zero.gtp_client import gtp_agent
-
-        if game != "go":
-            raise ValueError(f"a gtp: agent plays go, not {game!r}")
-        agent = gtp_agent(spec[len("gtp:"):])
-        typer.echo(f"{agent.name}: every game saved as SGF in {agent.sgf_dir}", err=True)
-        return agent
-    raise ValueError(
-        f"unknown agent {spec!r} (random, mcts:N, raw, sims:N, model:PATH, solver, gtp:COMMAND)"
-    )
+    return load_model_agent(_model_path(model, game), game, simulations, search, seed,
+                            name=name, device=device)
 
 
 def _lazy_main(model: Path | None, game: str, simulations: int, search: str, seed: int,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlscale.zero.arena import Agent, MatchResult, normal_quantile, play_match
+from rlscale.zero.games.base import Game
 
 _ELO = 400.0 / math.log(10.0)  # Elo per natural-log unit of odds
 
@@ -218,6 +219,29 @@ def _rounded(row: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}
 
 
+def play_pairings(
+    game: Game,
+    players: dict[str, Agent],
+    pairs: Sequence[tuple[str, str]],
+    games: int,
+    seed: int = 0,
+    opening_plies: int = 2,
+    on_match: Callable[[MatchResult], None] | None = None,
+) -> list[MatchResult]:
+    """A `play_match` of `games` games for each pairing of `players` (by name), pairing k
+    with seed `seed + k`; each result carries the players' names, whatever their agents
+    call themselves, as `fit_ratings` needs."""
+    results = []
+    for number, (a, b) in enumerate(pairs):
+        result = play_match(game, players[a], players[b], games, seed=seed + number,
+                            opening_plies=opening_plies)
+        result.agent_a, result.agent_b = a, b
+        results.append(result)
+        if on_match is not None:
+            on_match(result)
+    return results
+
+
 def elo_curve(
     checkpoints: Sequence[Checkpoint],
     load_checkpoint: Callable[[Checkpoint], Agent],
@@ -243,15 +267,8 @@ def elo_curve(
     for c in checkpoints:
         players[c.name] = load_checkpoint(c)
     game = players[checkpoints[0].name].game
-    results = []
     pairs = schedule([c.name for c in checkpoints], list(anchors), neighbours)
-    for number, (a, b) in enumerate(pairs):
-        result = play_match(game, players[a], players[b], games, seed=seed + number,
-                            opening_plies=opening_plies)
-        result.agent_a, result.agent_b = a, b  # the players' names, whatever their agents say
-        results.append(result)
-        if on_match is not None:
-            on_match(result)
+    results = play_pairings(game, players, pairs, games, seed, opening_plies, on_match)
     anchor = next(iter(anchors))
     return EloCurve(str(run_dir), anchor, list(anchors), list(checkpoints), results,
                     fit_ratings(results, anchor),
