@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from rlscale.config import load_config
+from rlscale.experiments.continuum import compute_curve as compute_curve_of
 from rlscale.rlvr.config import RLVRConfig, SFTConfig
 from rlscale.rlvr.distill import sft
 from rlscale.rlvr.evaluate import evaluate
@@ -133,33 +134,20 @@ def run_rl_arm(name: str, student: Path, teacher: Path, out: Path, steps: int,
 def compute_curve(name: str, run_dir: Path, n_student: int, n_teacher: int,
                   prompt_len: float) -> dict[int, dict[str, float]]:
     """Cumulative (generated tokens, trained tokens, FLOPs) after each step, from the run's
-    metrics. Positions: prompt + completion tokens of each sequence."""
+    metrics (the reasoning continuum's own count, experiments/continuum.py); sft_teacher's
+    teacher wrote its whole pool first, charged up front."""
     rows = [r for r in read_metrics(run_dir) if "step" in r]
-    total = {"generated": 0.0, "trained": 0.0, "flops": 0.0}
-    curve = {0: dict(total)}
-    if name in SFT_ARMS:
-        per_step = [(r["sft/prompt_tokens"], r["sft/target_tokens"]) for r in rows]
-        if name == "sft_teacher":  # the teacher wrote the whole pool first: charged up front
-            mean_target = sum(t for _, t in per_step) / sum(SEQUENCES for _ in per_step)
-            pool = len(per_step) * SEQUENCES
-            total["generated"] = pool * mean_target
-            total["flops"] = 2 * n_teacher * pool * (prompt_len + mean_target)
-            curve[0] = dict(total)
-        for step, (prompt, target) in enumerate(per_step, 1):
-            total["trained"] += prompt + target
-            total["flops"] += 6 * n_student * (prompt + target)
-            curve[step] = dict(total)
-        return curve
-    for r in rows:
-        completion = r["length/mean"] * SEQUENCES
-        positions = prompt_len * SEQUENCES + completion
-        total["generated"] += completion
-        total["trained"] += positions
-        total["flops"] += 2 * n_student * positions + 6 * n_student * positions
-        if name != "grpo":  # the teacher scores every sampled token
-            total["flops"] += 2 * n_teacher * positions
-        curve[r["step"]] = dict(total)
-    return curve
+    curve = compute_curve_of(rows, supervised=name in SFT_ARMS,
+                             teacher_scores=name in RL_ARMS and name != "grpo",
+                             params=n_student, teacher_params=n_teacher,
+                             prompt_tokens=prompt_len, sequences=SEQUENCES)
+    upfront = {"generated": 0.0, "trained": 0.0, "flops": 0.0}
+    if name == "sft_teacher":
+        mean_target = sum(r["sft/target_tokens"] for r in rows) / (len(rows) * SEQUENCES)
+        pool = len(rows) * SEQUENCES
+        upfront = {"generated": pool * mean_target, "trained": 0.0,
+                   "flops": 2 * n_teacher * pool * (prompt_len + mean_target)}
+    return {step: {k: v + upfront[k] for k, v in vars(c).items()} for step, c in curve.items()}
 
 
 def reach_compute(points: list[dict], target: float) -> float | None:

@@ -17,6 +17,7 @@ from rlscale.experiments import (
     baseline_variance,
     clip_higher,
     clipping,
+    continuum,
     dynamic_sampling,
     forking_tokens,
     grpo_vs_zero,
@@ -34,7 +35,15 @@ from rlscale.experiments.record import FIGURE_NAME, load_result
 from rlscale.experiments.registry import EXPERIMENTS
 from rlscale.experiments.report import section, write_report
 from rlscale.experiments.runner import command, run_experiment
-from rlscale.experiments.setup import QUICK, Context, base_model, train_arm, windowed
+from rlscale.experiments.setup import (
+    QUICK,
+    Context,
+    SFTArm,
+    base_model,
+    train_arm,
+    train_sft_arm,
+    windowed,
+)
 from rlscale.experiments.verdict import (
     VERDICTS,
     Effect,
@@ -222,6 +231,34 @@ def grpo_vs_zero_numbers(search_gain, noise=(0.0,) * 3):
             "arms": {"alphazero": alphazero, "grpo": grpo}}
 
 
+def continuum_numbers(effect, noise=(0.0,) * 3):
+    """effect > 0: GRPO gains `effect` more ood pass@1 than SFT and OPD ends `effect` above
+    GRPO on test; < 0: the opposite; `noise` on GRPO's final figures."""
+    start = {"test": 0.2, "ood": 0.06, "hard": 0.05}
+
+    def arm(test, ood, shift, per_step):
+        runs = []
+        for n in shift:
+            points = [{"step": 0, "generated": 0.0, "trained": 0.0, "flops": 0.0, **start}]
+            for i, step in enumerate((8, 16), 1):
+                points.append({"step": step, "generated": 0.0 if per_step < 2e9 else 1e4 * step,
+                               "trained": 1e4 * step, "flops": per_step * step,
+                               "test": 0.2 + i / 2 * (test + n - 0.2),
+                               "ood": 0.06 + i / 2 * (ood + n - 0.06),
+                               "hard": 0.05 + i / 2 * (test + n - 0.25)})
+            runs.append(points)
+        return runs
+
+    quiet = (0.0,) * 3
+    arms = {"sft": arm(0.5, 0.15, quiet, 1e9), "dft": arm(0.45, 0.15, quiet, 1e9),
+            "grpo": arm(0.4, 0.15 + effect, noise, 4e9),
+            "opd": arm(0.4 + effect, 0.15 + effect, quiet, 5e9)}
+    return {"seeds": SEEDS, "steps": 16, "every": 8, "prompts": 10, "samples": 2,
+            "sequences": 64, "parameters": {"student": 1000, "teacher": 1000},
+            "prompt_tokens": 12.0, "teacher_steps": 40, "student": [start] * 3,
+            "teacher": [{"test": 0.6, "ood": 0.3, "hard": 0.4}] * 3, "arms": arms}
+
+
 def dynamic_sampling_numbers(pass1, jitter=JITTER):
     """pass1: the final (off, on); the eval curves end there, `on` with twice the tokens."""
     arms = {}
@@ -398,6 +435,10 @@ SYNTHETIC = {
         "supports": staleness_numbers(0.1),
         "contradicts": staleness_numbers(-0.1),
         "inconclusive": staleness_numbers(0.1, NOISE)}),
+    "continuum": (continuum, {
+        "supports": continuum_numbers(0.1),
+        "contradicts": continuum_numbers(-0.1),
+        "inconclusive": continuum_numbers(0.1, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),
@@ -474,6 +515,31 @@ def test_dynamic_sampling_curves_against_tokens():
     assert on == pytest.approx([(0.3 + 0.5 + j) / 2 for j in JITTER])
 
 
+def test_continuum_counts_compute_per_method():
+    rows = [{"step": 1, "sft/prompt_tokens": 100, "sft/target_tokens": 300},
+            {"step": 2, "sft/prompt_tokens": 100, "sft/target_tokens": 100}]
+    sft = continuum.compute_curve(rows, supervised=True, teacher_scores=False, params=10,
+                                  teacher_params=99, prompt_tokens=5, sequences=4)
+    assert sft[2] == continuum.Compute(generated=0.0, trained=600.0, flops=6 * 10 * 600)
+    rl = [{"step": 1, "length/mean": 20.0}, {"step": 2, "length/mean": 10.0}]
+    grpo = continuum.compute_curve(rl, supervised=False, teacher_scores=False, params=10,
+                                   teacher_params=99, prompt_tokens=5, sequences=4)
+    positions = 4 * 5 * 2 + 4 * 30  # prompts of both steps, then 120 completion tokens
+    assert grpo[0] == continuum.Compute(0.0, 0.0, 0.0)
+    assert grpo[2] == continuum.Compute(generated=120.0, trained=positions, flops=8 * 10 * positions)
+    opd = continuum.compute_curve(rl, supervised=False, teacher_scores=True, params=10,
+                                  teacher_params=99, prompt_tokens=5, sequences=4)
+    assert opd[2].flops == grpo[2].flops + 2 * 99 * positions
+
+
+def test_continuum_arms_share_batch_and_learning_rate():
+    sft, dft, opd, grpo = continuum.arms("full")
+    assert isinstance(sft, SFTArm) and "batch_size=128" in sft.overrides
+    assert "lr=0.0001" in sft.overrides and "loss=dft" in dft.overrides
+    assert opd.teacher is not None and "objective=opd" in opd.overrides
+    assert grpo.teacher is None and "train.steps=48" in grpo.overrides
+
+
 def test_tables_escape_pipes_in_cells():
     from rlscale.experiments.record import Table
 
@@ -545,6 +611,41 @@ def test_post_update_kl_is_kl_of_old_to_new_on_old_samples(tiny_model_dir):
     before = StepResult({}, now + math.log(2.0), torch.zeros_like(mask))
     stats = trainer.update_stats(batch, before)
     assert stats["policy/kl_new_old"] == pytest.approx(0.5 - 1 - math.log(0.5), rel=1e-4)
+    assert "kl/reference" not in stats  # no reference, no LoRA: nothing to compare with
+    # `kl/reference`: KL(pi_old || reference) on pi_old's samples, here the model itself
+    reference, _ = load_model(tiny_model_dir)
+    trainer.reference = reference
+    stats = trainer.update_stats(batch, before)
+    assert stats["kl/reference"] == pytest.approx(0.5 - 1 + math.log(2.0), rel=1e-4)
+
+
+def test_every_run_logs_the_ratio_spread_and_kl_to_the_reference(tiny_model_dir, tmp_path):
+    """The figures the experiments read, logged by the loop itself: at kl_coef 0 the KL to
+    the reference (the starting model) still appears on the post-update steps, 0 at the
+    first (pi_old is the start) and above 0 after; with 2 epochs the ratios leave 1. (A
+    fresh model earns no reward: on-policy distillation from another fresh model gives
+    every token an advantage, so the policy moves.)"""
+    from rlscale.config import load_config
+    from rlscale.experiments.setup import CONFIGS
+    from rlscale.rlvr.config import RLVRConfig
+    from rlscale.rlvr.loop import train
+    from rlscale.rlvr.model import init_model
+    from rlscale.runtime.metrics import read_metrics
+
+    teacher = init_model("tiny", tmp_path / "teacher", seed=1)
+    cfg = load_config(RLVRConfig, CONFIGS / "quickstart.yaml", [
+        f"model.path={tiny_model_dir}", f"run_dir={tmp_path / 'run'}", "train.steps=3",
+        "objective=opd", f"teacher.path={teacher}",
+        "rollout.prompts_per_step=4", "rollout.group_size=4", "train.epochs=2",
+        "train.minibatches=2", "train.lr=1e-3", "train.post_update_stats_every=1",
+        "eval.every=0", "checkpoint.every=0", "progress=false", "tensorboard=false"])
+    assert cfg.loss.kl_coef == 0.0
+    train(cfg)
+    rows = [r for r in read_metrics(tmp_path / "run") if "step" in r]
+    assert [r["kl/reference"] == 0.0 for r in rows] == [True, False, False]
+    assert all(r["kl/reference"] >= 0.0 for r in rows)
+    assert all(r["ratio/token_log_var"] > 0.0 and r["ratio/sequence_log_var"] > 0.0
+               for r in rows)
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -637,6 +738,22 @@ def test_a_rerun_reuses_finished_arms(experiments_root):
     with pytest.raises(RunDirError, match="cannot be reused.*train.lr.*--overwrite"):
         train_arm(ctx, changed, 0)
     assert metrics.stat().st_mtime_ns == before
+
+
+def test_an_sft_arm_is_reused_or_refused_like_an_rl_arm(experiments_root):
+    ctx = Context(out=experiments_root / "sft_arm", scale=QUICK, seeds=(0,),
+                  base=experiments_root / "base" / "model", progress=False)
+    arm = SFTArm("sft", ("steps=2", "batch_size=8", "data.examples=16", "save_every=1"))
+    first = train_sft_arm(ctx, arm, 0)
+    assert (first.final / "config.json").is_file()
+    assert [p.name for p in first.run_dir.joinpath("checkpoints").iterdir()] == ["step_000001"]
+    weights = first.final / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert train_sft_arm(ctx, arm, 0) == first and weights.stat().st_mtime_ns == before
+    changed = dataclasses.replace(arm, overrides=(*arm.overrides, "lr=1e-5"))
+    with pytest.raises(RunDirError, match="cannot be reused.*lr.*--overwrite"):
+        train_sft_arm(ctx, changed, 0)
+    assert weights.stat().st_mtime_ns == before
 
 
 def test_report_writes_every_experiment(experiments_root, tmp_path):

@@ -6,6 +6,7 @@ from . import (
     baseline_variance,
     clip_higher,
     clipping,
+    continuum,
     dynamic_sampling,
     forking_tokens,
     grpo_vs_zero,
@@ -28,6 +29,6 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
     dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
     gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, forking_tokens.EXPERIMENT,
-    tool_use.EXPERIMENT, staleness.EXPERIMENT,
+    tool_use.EXPERIMENT, staleness.EXPERIMENT, continuum.EXPERIMENT,
     zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT,
     grpo_vs_zero_connect4.EXPERIMENT, zero_compute.EXPERIMENT, zero_elo.EXPERIMENT)}

@@ -14,16 +14,19 @@ from pathlib import Path
 
 from .record import ExperimentResult, Table, load_result
 from .registry import EXPERIMENTS
-from .setup import FULL, QUICK
+from .setup import FULL, QUICK, SFTArm
 from .spec import Experiment
 from .verdict import Z, describe
+
+SEED_KEYS = ("train.seed=", "seed=", "data.seed=")  # what differs between an arm's seeds
 
 HEADER = """# The field's claims, measured
 
 Each section is one `rlscale experiments` experiment on the reasoning task
-([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero`) on tic-tac-toe
-or Connect Four, whose exact solutions judge a network: a claim from the literature, the runs that test it (the
-library's own configs and training loops), a figure, and a verdict computed from the numbers.
+([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero*`) on
+tic-tac-toe or Connect Four, whose exact solutions judge a network: a claim from the
+literature, the runs that test it (the library's own configs and training loops), a figure,
+and a verdict computed from the numbers.
 
 How a verdict is reached: every effect is measured once per seed (a paired difference, e.g.
 arm B minus arm A trained with the same seed); its estimate is the mean over seeds with the
@@ -67,13 +70,19 @@ def _arms(result: ExperimentResult, experiment: Experiment) -> str:
         return ("No training runs of the loop: everything is measured from the base model "
                 "(see the set-up).")
     seen: dict[str, list[str]] = {}
-    for arm in result.arms:  # the seeds differ by train.seed only
-        seen.setdefault(arm.label, [o for o in arm.overrides if not o.startswith("train.seed=")])
+    for arm in result.arms:  # the seeds differ by their seed settings only
+        seen.setdefault(arm.label, [o for o in arm.overrides if not o.startswith(SEED_KEYS)])
     lines = [f"{label}: {' '.join(overrides)}" for label, overrides in seen.items()]
-    on = ("`configs/rlvr/reasoning.yaml`, with `model.path` the base and" if experiment.needs_base
-          else "the Zero config of the set-up, with")
-    return (f"Arms (overrides on {on} `train.seed` the seed):\n\n```\n" + "\n".join(lines)
-            + "\n```")
+    sft = [a.label for a in experiment.arms(result.budget) if isinstance(a, SFTArm)]
+    if not experiment.needs_base:
+        on = "the Zero config of the set-up, with `train.seed` the seed"
+    elif sft:
+        on = ("`configs/rlvr/reasoning.yaml` (" + ", ".join(sft) + ": on "
+              "`configs/rlvr/reasoning_sft.yaml`, `seed` and `data.seed` the seed), with "
+              "`model.path` the base and `train.seed` the seed")
+    else:
+        on = "`configs/rlvr/reasoning.yaml`, with `model.path` the base and `train.seed` the seed"
+    return f"Arms (overrides on {on}):\n\n```\n" + "\n".join(lines) + "\n```"
 
 
 def _budget(experiment: Experiment) -> str:

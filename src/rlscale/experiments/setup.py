@@ -6,11 +6,13 @@ with overrides, run by the Zero loop; they need no base model.
 
     OUT/base/             the SFT run (configs/rlvr/reasoning_sft.yaml + the scale's overrides)
     OUT/base/model/       the base model every arm starts from
-    OUT/NAME/arms/LABEL_sSEED/   one RLVR (or Zero) run directory per arm and seed
+    OUT/teacher-NAME/     a teacher: the base fine-tuned further (SFT), built once
+    OUT/NAME/arms/LABEL_sSEED/   one RLVR, SFT or Zero run directory per arm and seed
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,14 +94,35 @@ class BaseVariant:
 
 
 @dataclass(frozen=True)
+class FineTune:
+    """A model made from the base by more SFT (configs/rlvr/reasoning_sft.yaml from
+    model.path = the base, with `overrides`), built once in OUT/teacher-NAME and shared by
+    every experiment there: e.g. a teacher for on-policy distillation."""
+
+    name: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Arm:
     """One setting an experiment trains, once per seed: a label and its overrides on
     configs/rlvr/reasoning.yaml (beyond the scale's); `base`: an SFT base of its own instead
-    of the shared one."""
+    of the shared one; `teacher`: a fine-tuned base as `teacher.path` (objective opd)."""
 
     label: str
     overrides: tuple[str, ...] = ()
     base: BaseVariant | None = None
+    teacher: FineTune | None = None
+
+
+@dataclass(frozen=True)
+class SFTArm:
+    """One setting an experiment trains by supervised fine-tuning of the base, once per
+    seed: a label and its overrides on configs/rlvr/reasoning_sft.yaml (beyond starting
+    from the base; `seed` and the paths are set per run)."""
+
+    label: str
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,6 +143,18 @@ class TrainedArm:
         from ..rlvr.config import RLVRConfig
 
         return load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(self.overrides))
+
+
+@dataclass(frozen=True)
+class TrainedSFTArm:
+    arm: SFTArm
+    seed: int
+    run_dir: Path
+    final: Path                 # the fine-tuned model (run_dir/final)
+    recipe: tuple[str, ...]     # the overrides on reasoning_sft.yaml, without the paths
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
 
 
 @dataclass(frozen=True)
@@ -182,7 +217,6 @@ def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
     `root` starts from it); a base built with another config is an error, not a silent
     mismatch."""
     from ..rlvr.config import SFTConfig
-    from ..rlvr.distill import sft
 
     if variant is None:
         run_dir, options = root / "base", scale.task_options
@@ -191,16 +225,60 @@ def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
     cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
                       [*scale.sft, *task_overrides(options), f"out={run_dir / 'model'}",
                        f"run_dir={run_dir}", f"progress={str(progress).lower()}"])
+    return _sft_once(cfg, run_dir, "base model")
+
+
+def fine_tuned(root: Path, base: Path, scale: Scale, fine_tune: FineTune, *,
+               progress: bool = True) -> Path:
+    """`fine_tune` of the `base` model, built in root/teacher-NAME on first use and reused
+    afterwards (a model built with another config is refused, as for the base)."""
+    from ..rlvr.config import SFTConfig
+
+    run_dir = root / f"teacher-{fine_tune.name}"
+    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
+                      [*_from_base(base, scale), *fine_tune.overrides,
+                       f"out={run_dir / 'model'}", f"run_dir={run_dir}",
+                       f"progress={str(progress).lower()}"])
+    return _sft_once(cfg, run_dir, "fine-tuned model")
+
+
+def _from_base(base: Path, scale: Scale) -> list[str]:
+    """reasoning_sft.yaml's overrides for fine-tuning `base` on the scale's task."""
+    return ["init_preset=null", f"model.path={base}", *scale.task_overrides()]
+
+
+def _sft_once(cfg, run_dir: Path, what: str, *, overwrite: bool = False) -> Path:
+    """The model `cfg` makes, trained unless run_dir already holds it with the same config
+    (a different config is an error; what a killed run left is replaced)."""
+    from ..rlvr.distill import sft
+
     model = Path(cfg.out)
-    if (model / "config.json").is_file():
+    if (model / "config.json").is_file() and not overwrite:
         recorded = rundir.read_recorded_config(run_dir) or {}
         changes = [c for c in rundir.config_changes(recorded, config_to_dict(cfg),
                                                      BASE_FREE_FIELDS) if not c.free]
         if changes:
-            raise RunDirError(f"the base model in {run_dir} was built with another config "
+            raise RunDirError(f"the {what} in {run_dir} was built with another config "
                               f"({rundir.describe(changes)}); delete {run_dir} or pass another --out")
         return model
     return sft(cfg, overwrite=True)  # no model yet: what a killed build left is replaced
+
+
+def train_sft_arm(ctx: Context, arm: SFTArm, seed: int) -> TrainedSFTArm:
+    """Fine-tune the base with `arm`'s SFT settings and `seed` (the library's `sft`); a
+    finished run with the same config is reused, one with another config is refused."""
+    from ..rlvr.config import SFTConfig
+
+    run_dir = arm_run_dir(ctx, arm.label, seed)
+    recipe = (*arm.overrides, f"seed={seed}", f"data.seed={seed}")
+    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
+                      [*_from_base(ctx.base, ctx.scale), *recipe, f"out={run_dir / 'final'}",
+                       f"run_dir={run_dir}", f"progress={str(ctx.progress).lower()}"])
+    try:
+        final = _sft_once(cfg, run_dir, f"arm {arm.label}", overwrite=ctx.overwrite)
+    except RunDirError as exc:
+        raise _not_reusable(run_dir, exc) from None
+    return TrainedSFTArm(arm, seed, run_dir, final, recipe)
 
 
 def recipe(scale: Scale, arm: Arm, seed: int) -> tuple[str, ...]:
@@ -217,22 +295,28 @@ def arm_config(ctx: Context, arm: Arm, seed: int):
                        [f"model.path={ctx.base}", *recipe(ctx.scale, arm, seed)])
 
 
-def train_arm(ctx: Context, arm: Arm, seed: int) -> TrainedArm:
+def train_arm(ctx: Context, arm: Arm, seed: int, *,
+              fleets: contextlib.ExitStack | None = None) -> TrainedArm:
     """Train `arm` with `seed` through the library's loop (`rlvr.loop.train`). A finished
     run with the same config is reused (the loop's resume finds nothing to do), a killed one
-    continues from its last checkpoint, one with another config is refused."""
+    continues from its last checkpoint, one with another config is refused. `fleets`: where
+    a fleets run's Ray session is kept open for the arms after it."""
     from ..rlvr.config import RLVRConfig
-    from ..rlvr.loop import train
+    from ..rlvr.loop import fleet_session, train
 
     run_dir = arm_run_dir(ctx, arm.label, seed)
     base = ctx.base if arm.base is None else base_model(ctx.out.parent, ctx.scale,
                                                         variant=arm.base, progress=ctx.progress)
-    overrides = (f"model.path={base}", f"run_dir={run_dir}", *recipe(ctx.scale, arm, seed),
-                 f"progress={str(ctx.progress).lower()}")
+    teacher = () if arm.teacher is None else (
+        f"teacher.path={fine_tuned(ctx.out.parent, base, ctx.scale, arm.teacher, progress=ctx.progress)}",)
+    overrides = (f"model.path={base}", f"run_dir={run_dir}", *teacher,
+                 *recipe(ctx.scale, arm, seed), f"progress={str(ctx.progress).lower()}")
     cfg = load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(overrides))
     if not cfg.checkpoint.every:
         raise ValueError(f"arm {arm.label}: checkpoint.every must be > 0 so that a finished "
                          "arm can be reused")
+    if fleets is not None and cfg.runtime.mode != "sync":
+        fleets.enter_context(fleet_session(cfg))  # joins the session once one is open
     try:
         final = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite)
     except RunDirError as exc:  # the loop's words are about `rlvr train`'s flags
@@ -246,17 +330,23 @@ def _not_reusable(run_dir: Path, exc: RunDirError) -> RunDirError:
                        "--overwrite to retrain the arms, or another --out")
 
 
-def train_arms(ctx: Context, arms: list[Arm] | list[ZeroArm],
+def train_arms(ctx: Context, arms: list[Arm | SFTArm] | list[ZeroArm],
                on_arm: Callable[[Any], None] | None = None) -> dict[str, list[Any]]:
-    """Every arm with every seed (RLVR or Zero runs); by label, in seed order."""
+    """Every arm with every seed (RLVR, SFT or Zero runs); by label, in seed order. Arms on
+    the fleets share one Ray session, opened by the first of them (~6 s a run saved here)."""
     trained: dict[str, list[Any]] = {}
-    for seed in ctx.seeds:
-        for arm in arms:
-            done = train_zero_arm(ctx, arm, seed) if isinstance(arm, ZeroArm) \
-                else train_arm(ctx, arm, seed)
-            trained.setdefault(arm.label, []).append(done)
-            if on_arm is not None:
-                on_arm(done)
+    with contextlib.ExitStack() as fleets:
+        for seed in ctx.seeds:
+            for arm in arms:
+                if isinstance(arm, ZeroArm):
+                    done = train_zero_arm(ctx, arm, seed)
+                elif isinstance(arm, SFTArm):
+                    done = train_sft_arm(ctx, arm, seed)
+                else:
+                    done = train_arm(ctx, arm, seed, fleets=fleets)
+                trained.setdefault(arm.label, []).append(done)
+                if on_arm is not None:
+                    on_arm(done)
     return trained
 
 

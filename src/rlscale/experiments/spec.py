@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .record import Analysis
-from .setup import Arm, Context, ZeroArm
+from .setup import Arm, Context, SFTArm, ZeroArm
 
 Numbers = dict[str, Any]
 
@@ -24,8 +24,8 @@ class Experiment:
     name: str
     claim: str                  # one sentence
     setup: str                  # what is compared, on what, in a few sentences
-    arms: Callable[[str], list[Arm] | list[ZeroArm]]      # by scale name (quick | full)
-    measure: Callable[[Context, dict[str, list[Any]]], Numbers]  # TrainedArm | TrainedZeroArm
+    arms: Callable[[str], list[Arm | SFTArm] | list[ZeroArm]]  # by scale name (quick | full)
+    measure: Callable[[Context, dict[str, list[Any]]], Numbers]  # Trained(SFT|Zero)Arm
     analyse: Callable[[Numbers], Analysis]
     plot: Callable[[Numbers, Path], Path]
     settings: dict[str, Any]    # by scale name: the experiment's own budget (a dataclass)

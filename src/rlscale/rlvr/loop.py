@@ -334,9 +334,7 @@ class RLVRRun:
         try:
             if self.cfg.runtime.mode == "sync":
                 return self._train()
-            with ray_session(self.cfg.runtime.address,
-                             connect_timeout_s=self.cfg.runtime.connect_timeout_s,
-                             num_cpus=max(os.cpu_count() or 1, self.cfg.runtime.inference_workers)):
+            with fleet_session(self.cfg):
                 self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                            start_version=self.trainer.version,
                                            resumed=self.fleet_resume,
@@ -422,6 +420,13 @@ class RLVRRun:
             lora.save_trained(self.model, self.tokenizer, tmp, self.cfg.model.lora)
         return final
 
+
+
+def fleet_session(cfg: RLVRConfig):
+    """The Ray session a fleets run (`runtime.mode` not sync) trains in: joins one that is
+    already open (an experiment's arms share one), else starts and ends its own."""
+    return ray_session(cfg.runtime.address, connect_timeout_s=cfg.runtime.connect_timeout_s,
+                       num_cpus=max(os.cpu_count() or 1, cfg.runtime.inference_workers))
 
 def train(cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
           allow_config_change: bool = False) -> Path:
