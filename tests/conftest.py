@@ -12,6 +12,8 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from cores import every_core  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
@@ -35,3 +37,10 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from rlscale.rlvr.model import init_model
 
     return init_model("tiny", tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture
+def all_cores():
+    """torch on every core for the test (tests/cores.py)."""
+    with every_core():
+        yield

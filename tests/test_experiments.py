@@ -12,6 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from cores import every_core
 from rlscale.cli import app
 from rlscale.experiments import (
     baseline_variance,
@@ -683,7 +684,8 @@ def experiments_root(tmp_path_factory):
     """One experiments folder with its quick base model, shared by the quick runs."""
     root = tmp_path_factory.mktemp("experiments")
     t0 = time.perf_counter()
-    base_model(root, QUICK, progress=False)
+    with every_core():
+        base_model(root, QUICK, progress=False)
     print(f"quick base model: {time.perf_counter() - t0:.0f}s")
     return root
 
@@ -696,7 +698,8 @@ def test_a_base_built_with_another_config_is_refused(experiments_root):
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
-def test_each_experiment_runs_quick_with_a_figure_and_a_verdict(name, experiments_root):
+def test_each_experiment_runs_quick_with_a_figure_and_a_verdict(name, experiments_root,
+                                                                 all_cores):
     t0 = time.perf_counter()
     result = run_experiment(name, quick=True, out=experiments_root, progress=False)
     seconds = time.perf_counter() - t0

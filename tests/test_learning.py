@@ -47,7 +47,7 @@ def test_grpo_raises_reward_with_margin(tmp_path):
 
 
 # Short chains of one-digit terms, demonstrated with guesses half of the time: the reasoning
-# task at a size a 1-thread test trains in under three minutes (SFT ~110 s, GRPO ~50 s).
+# task at a size a test trains in under two minutes on 2 cores (SFT ~50 s, GRPO ~50 s).
 # Guessing the sum of a chain outright is the demonstrations' worst habit; the verifier alone
 # should drive it out and raise pass@1 (measured with 450 SFT steps: 0.189 -> 0.332, guesses
 # 0.50 -> 0.01 at 40 steps; with 300 the base is too weak to gain 0.05, 0.113 -> 0.141).
@@ -55,7 +55,7 @@ REASONING_OPTIONS = {"min_terms": 2, "max_terms": 3, "max_digits": 1,
                      "strategies": {"guess": 0.5, "plain": 0.25, "careful": 0.25}}
 
 
-def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path):
+def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path, all_cores):
     task_cfg = {"name": "long_arithmetic", "options": REASONING_OPTIONS}
     base = sft(build_config(SFTConfig, {
         "init_preset": "tiny", "out": str(tmp_path / "base"), "run_dir": str(tmp_path / "sft"),
