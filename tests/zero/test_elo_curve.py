@@ -122,6 +122,32 @@ def test_find_checkpoints_takes_the_checkpoints_and_a_later_final(run_dir, tmp_p
                                                      ("iter 3", "final")]
 
 
+def test_milestone_networks_outlive_pruned_checkpoints_and_are_rated(tmp_path):
+    """checkpoint.networks_every keeps the network of every N-th iteration in networks/
+    (no optimiser, no replay), never pruned: with keep=1 the curve still has every one."""
+    from rlscale.zero.loop import train
+
+    out = tmp_path / "run"
+    cfg = load_config(ZeroConfig, None, [
+        f"out={out}", "train.iterations=3", "network.blocks=1", "network.channels=8",
+        "mcts.simulations=8", "selfplay.concurrent_games=8", "selfplay.games_per_iteration=8",
+        "train.min_replay=16", "train.batch_size=16", "checkpoint.every=1", "checkpoint.keep=1",
+        "checkpoint.networks_every=1"])
+    train(cfg, progress=False)
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step_000003"]
+    networks = sorted((out / "networks").iterdir())
+    assert [p.name for p in networks] == ["step_000001", "step_000002", "step_000003"]
+    assert {f.name for f in networks[0].iterdir()} == {"model.json", "model.safetensors"}
+    found = find_checkpoints(out)
+    assert [(c.name, c.path.parent.name) for c in found] == [
+        ("iter 1", "networks"), ("iter 2", "networks"), ("iter 3", "checkpoints")]
+    assert 0 < found[0].selfplay_games < found[1].selfplay_games < found[2].selfplay_games
+    # the run's own folder: --overwrite starts over without the old networks
+    train(cfg.model_copy(update={"checkpoint": cfg.checkpoint.model_copy(
+        update={"networks_every": 0})}), progress=False, overwrite=True)
+    assert not (out / "networks").exists()
+
+
 def test_elo_curve_cli_writes_table_json_csv_and_plot(cli, run_dir, tmp_path):
     out = tmp_path / "curve"
     result = cli(["elo-curve", str(run_dir), "--games", "4", "--simulations", "2",

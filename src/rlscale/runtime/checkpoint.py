@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 STEP_PREFIX = "step_"
+NETWORKS_DIR = "networks"  # networks kept beside the checkpoints, never pruned (Zero's
+# checkpoint.networks_every: the Elo curve over a long run)
 T = TypeVar("T")
 
 # Fault injection for the fault suite (tests/faults): RLSCALE_FAULT=name@n SIGKILLs this
@@ -86,12 +88,13 @@ def write_error(path: Path, reason: str, needs_bytes: int, kept: str) -> WriteEr
     return WriteError(f"cannot write {path}: {reason} ({space}{need}); {kept}")
 
 
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"{STEP_PREFIX}{step:06d}"
+def checkpoint_path(run_dir: str | Path, step: int, folder: str = "checkpoints") -> Path:
+    """`folder`: `checkpoints` (what a resume loads) or NETWORKS_DIR."""
+    return Path(run_dir) / folder / f"{STEP_PREFIX}{step:06d}"
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    root = Path(run_dir) / "checkpoints"
+def list_checkpoints(run_dir: str | Path, folder: str = "checkpoints") -> list[Path]:
+    root = Path(run_dir) / folder
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX)]

@@ -215,6 +215,10 @@ def thread_check(actors: int, actor_threads: int, learner_threads: int,
 class CheckpointConfig(StrictModel):
     every: int = pydantic.Field(10, ge=1)  # iterations between checkpoints
     keep: int = pydantic.Field(2, ge=1)
+    # Every N iterations also the network alone (model.json and weights, no optimiser or
+    # replay) in networks/step_NNNNNN/, never pruned: what `rlscale zero elo-curve` rates
+    # over a run longer than `keep` checkpoints. 0 = none.
+    networks_every: int = pydantic.Field(0, ge=0)
 
 
 class HealthConfig(StrictModel):

@@ -1,8 +1,9 @@
 """Elo during training: a run's checkpoints against each other and fixed anchors.
 
-Players. Every checkpoint of the run (`checkpoints/step_NNNNNN/`, and `final/` when it is
-later than the last checkpoint), each as its network with `simulations` of its saved play
-search, and the anchors (`random`, `mcts:N`, ...: agents that do not change).
+Players. Every network the run saved (`checkpoints/step_NNNNNN/`, the milestone networks of
+`checkpoint.networks_every` in `networks/step_NNNNNN/`, and `final/` when it is later than
+both), each with `simulations` of its saved play search, and the anchors (`random`, `mcts:N`,
+...: agents that do not change).
 
 Schedule (`schedule`). Each checkpoint plays every anchor and its next `neighbours`
 checkpoints; the anchors play each other. Every pairing is a `play_match` of `games` games
@@ -129,9 +130,10 @@ def schedule(checkpoints: Sequence[str], anchors: Sequence[str],
 
 
 def find_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
-    """The run's saved networks, oldest first: every `checkpoints/step_*` and `final/` when
-    it is later than the last of them. Raises a one-line error when there are none."""
-    from rlscale.runtime.checkpoint import checkpoint_step, list_checkpoints
+    """The run's saved networks, oldest first, one per iteration: every `checkpoints/step_*`
+    and `networks/step_*`, and `final/` when it is later than the last of them. Raises a
+    one-line error when there are none."""
+    from rlscale.runtime.checkpoint import NETWORKS_DIR, checkpoint_step, list_checkpoints
     from rlscale.zero.network import read_meta
 
     run_dir = Path(run_dir)
@@ -139,7 +141,9 @@ def find_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
         raise FileNotFoundError(f"no run directory at {run_dir}")
     games_at = _selfplay_games_by_iteration(run_dir / "metrics.jsonl")
     found: list[Checkpoint] = []
-    paths = [p for p in list_checkpoints(run_dir) if (p / "model.json").is_file()]
+    saved = {checkpoint_step(p): p for folder in (NETWORKS_DIR, "checkpoints")
+             for p in list_checkpoints(run_dir, folder) if (p / "model.json").is_file()}
+    paths = [saved[step] for step in sorted(saved)]  # a checkpoint over a network of its step
     if (run_dir / "final" / "model.json").is_file():
         paths.append(run_dir / "final")
     for path in paths:
@@ -156,8 +160,8 @@ def find_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
         found.append(Checkpoint(f"iter {iteration}", path, iteration,
                                 None if games is None else int(games)))
     if not found:
-        raise ValueError(f"no checkpoints in {run_dir} (checkpoints/step_*/model.json or "
-                         "final/model.json)")
+        raise ValueError(f"no checkpoints in {run_dir} (checkpoints/step_*/model.json, "
+                         "networks/step_*/model.json or final/model.json)")
     return found
 
 

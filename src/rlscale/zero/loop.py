@@ -34,6 +34,7 @@ import torch
 from rlscale.config import ConfigError, config_to_dict, dump_config
 from rlscale.runtime import rundir
 from rlscale.runtime.checkpoint import (
+    NETWORKS_DIR,
     atomic_dir,
     checkpoint_path,
     checkpoint_step,
@@ -247,6 +248,14 @@ class ZeroRun:
         if self.cfg.play_mcts:
             extra["play_mcts"] = dict(self.cfg.play_mcts)
         return extra
+
+    def save_network_snapshot(self) -> Path:
+        """The learner's network alone at this iteration, in networks/ (never pruned)."""
+        path = checkpoint_path(self.run_dir, self.counters.iteration, folder=NETWORKS_DIR)
+        with atomic_dir(path) as tmp:
+            save_network(self.learner.net, tmp, self.game.name, self.cfg.game.kwargs,
+                         self.model_extra())
+        return path
 
     def save_checkpoint(self) -> Path:
         path = checkpoint_path(self.run_dir, self.counters.iteration)
@@ -503,7 +512,8 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
     if cfg.network.init_from is not None and not resume and source is None:
         initial_network(cfg, make_game(cfg.game.name, **cfg.game.kwargs))
     run_dir = cfg.run_dir()
-    lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
+    lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite,
+                                  extra_entries=(NETWORKS_DIR,))
     try:
         return _train(cfg, run_dir, resume, progress, allow_config_change, source)
     finally:
@@ -626,6 +636,9 @@ def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger,
         last = run.counters.iteration >= cfg.train.iterations
         budget = run.cfg.train.max_minutes
         out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
+        networks_every = run.cfg.checkpoint.networks_every
+        if networks_every and run.counters.iteration % networks_every == 0:
+            run.save_network_snapshot()
         if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
             run.save_checkpoint()
         if out_of_time:
