@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import pass_at
-from .plots import band, plt, save_figure
+from .plots import band, bars, plt, save_figure
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
 from .spec import Experiment, Numbers
-from .stats import cell, curve, paired
+from .stats import cell, paired
 from .verdict import Effect
 
 NAME = "clipping"
@@ -133,13 +133,7 @@ def plot_reuse_arms(numbers: Numbers, out: Path, curves: tuple[str, ...],
         ax.legend(fontsize=8)
     if log_first:
         axes[0][0].set_yscale("log")
-    ax = axes[1][1]
-    names = list(arms_)
-    mean_se = [curve([[v] for v in arms_[n]["pass@1"]]) for n in names]
-    ax.bar(range(len(names)), [m[0][0] for m in mean_se], yerr=[s[0] for _, s in mean_se],
-           capsize=6, tick_label=[n.replace("_", " ") for n in names])
-    ax.set_title("held-out pass@1 (mean ± SE over seeds)")
-    ax.grid(alpha=0.3, axis="y")
+    bars(axes[1][1], list(arms_), [arm["pass@1"] for arm in arms_.values()], "held-out pass@1")
     return save_figure(fig, out)
 
 

@@ -35,11 +35,11 @@ from ..runtime.simulator import (
     simulate,
 )
 from .measure import pass_at
-from .plots import band, plt, save_figure
+from .plots import band, bars, plt, save_figure
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
 from .spec import Experiment, Numbers
-from .stats import cell, curve, paired
+from .stats import cell, paired
 from .verdict import Effect
 
 NAME = "staleness"
@@ -303,13 +303,8 @@ def plot(numbers: Numbers, out: Path) -> Path:
         ax.set_title(f"{key} (mean ± SE over seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    ax = axes[1][1]
-    names = list(arms_)
-    mean_se = [curve([[v] for v in arms_[n]["pass@1"]]) for n in names]
-    ax.bar(range(len(names)), [m[0][0] for m in mean_se], yerr=[s[0] for _, s in mean_se],
-           capsize=6, tick_label=names, color=[f"C{i}" for i in range(len(names))])
-    ax.set_title("held-out pass@1 (mean ± SE over seeds)")
-    ax.grid(alpha=0.3, axis="y")
+    bars(axes[1][1], list(arms_), [arm["pass@1"] for arm in arms_.values()],
+         "held-out pass@1", colored=True)
     return save_figure(fig, out)
 
 

@@ -21,11 +21,11 @@ import numpy as np
 
 from ..zero.agent import load_agent
 from ..zero.games.tictactoe import losses_to_minimax
-from .plots import band, plt, save_figure
+from .plots import band, bars, plt, save_figure
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm, series
 from .spec import Experiment, Numbers
-from .stats import cell, curve, paired
+from .stats import cell, paired
 from .tictactoe_exact import exact_table, judge_raw_policy
 from .verdict import Effect
 
@@ -138,12 +138,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
     for ax, key, title in ((axes[0][0], "value_mse", "value MSE vs the exact values"),
                            (axes[0][1], "optimal_moves", "raw policy: share of optimal moves"),
                            (axes[1][0], "raw_lost", "raw policy: share of games lost")):
-        mean_se = [curve([[v] for v in arms_[k][key]]) for k in labels]
-        ax.bar(range(len(labels)), [m[0][0] for m in mean_se],
-               yerr=[se[0] for _, se in mean_se], capsize=6,
-               tick_label=[k.replace("_", " ") for k in labels])
-        ax.set_title(f"{title} (mean ± SE)")
-        ax.grid(alpha=0.3, axis="y")
+        bars(ax, labels, [arms_[k][key] for k in labels], title)
     ax = axes[1][1]
     for label in labels:
         band(ax, arms_[label]["iterations"], arms_[label]["curve"], label.replace("_", " "))
