@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -170,3 +171,37 @@ def test_device_auto_and_cpu_and_a_missing_gpu():
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError, match="device: cuda, but torch sees no CUDA GPU"):
             resolve_device("cuda")
+
+
+@pytest.mark.slow  # ~40 s of compilation on one core, even for one layer
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile on CPU needs a C++ compiler")
+def test_the_compiled_update_matches_the_eager_one():
+    """train.compile: the update's forward through torch.compile'd decoder gives the eager
+    step's loss and weights, over two batches of different packed shapes (one compilation,
+    dynamic shapes). A 1-layer model keeps the compilation short."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def small_model():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+            tie_word_embeddings=True))
+
+    trainers = [PolicyTrainer(small_model(), None, GRPO, lr=1e-2, weight_decay=0.0,
+                              warmup_steps=0, grad_clip=1e9, minibatches=1, epochs=1,
+                              micro_batch_size=0, temperature=1.0, pack=True,
+                              compile_update=compiled) for compiled in (False, True)]
+    assert trainers[0].update_decoder is None and trainers[1].update_decoder is not None
+    torch._dynamo.reset()
+    for seed in (4, 5):
+        batch = _batch(seed=seed, sequences=6 + seed)
+        eager, compiled = (t.step(batch, torch.Generator().manual_seed(0)).metrics
+                           for t in trainers)
+        assert abs(eager["loss/loss"] - compiled["loss/loss"]) < 1e-5
+        assert abs(eager["policy/grad_norm"] - compiled["policy/grad_norm"]) < 1e-5
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile
+    for (name, a), (_, b) in zip(trainers[0].model.named_parameters(),
+                                 trainers[1].model.named_parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5), name

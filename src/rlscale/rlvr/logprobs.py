@@ -35,13 +35,16 @@ def _plain_output_layer(model) -> bool:
             and getattr(config, "logits_scaling", None) is None)
 
 
-def layout_logits(model, layout: Layout) -> torch.Tensor:
-    """`[N, V]` logits at `layout.logit_index` (the positions predicting completion tokens)."""
+def layout_logits(model, layout: Layout, decoder=None) -> torch.Tensor:
+    """`[N, V]` logits at `layout.logit_index` (the positions predicting completion tokens).
+    `decoder`: what runs the model's decoder (e.g. a compiled one) where its output layer is
+    plain; default the model's own."""
     inputs = dict(input_ids=layout.input_ids, attention_mask=layout.attention_mask,
                   position_ids=layout.position_ids, use_cache=False)
     with training_attention(model):
         if _plain_output_layer(model):
-            hidden = model.get_decoder()(**inputs).last_hidden_state
+            run = model.get_decoder() if decoder is None else decoder
+            hidden = run(**inputs).last_hidden_state
             return model.get_output_embeddings()(hidden[layout.logit_index])
         return model(**inputs).logits[layout.logit_index]
 
@@ -59,12 +62,13 @@ def make_layout(batch, pack: bool) -> Layout:
 
 
 def completion_logprobs(model, batch, temperature: float = 1.0, with_entropy: bool = False,
-                        pack: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        pack: bool = False,
+                        decoder=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[B, T]` log-probs of the completion tokens at `temperature` (0 on padding), and with
     `with_entropy` the policy's entropy at each (detached: a metric and a token filter, never
-    differentiated)."""
+    differentiated). `decoder`: as `layout_logits`'s."""
     layout = make_layout(batch, pack)
-    logits = layout_logits(model, layout)
+    logits = layout_logits(model, layout, decoder)
     if temperature != 1.0:
         logits = logits / temperature
     targets = batch.completion_ids[layout.token_index]

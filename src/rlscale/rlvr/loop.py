@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -89,6 +90,11 @@ def preflight(cfg: RLVRConfig) -> None:
     if inert:
         print(f"warning: runtime.mode is sync; {', '.join(inert)} only apply to runtime.mode "
               "async or inflight and do nothing here", file=sys.stderr, flush=True)
+    if cfg.train.compile and cfg.device != "cuda" and not any(
+            shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")):
+        raise ValueError("train.compile needs a C++ compiler on CPU (torch.compile's inductor "
+                         "builds its kernels with one) and none was found (g++, c++, clang++ "
+                         "or $CXX); install one, or set train.compile=false")
     if cfg.runtime.mode == "sync":
         return
     import_ray()  # a FleetUnavailable naming the extra to install

@@ -195,14 +195,20 @@ class PolicyTrainer:
                    minibatches=t.minibatches, epochs=t.epochs,
                    micro_batch_size=t.micro_batch_size, temperature=cfg.rollout.temperature,
                    micro_batch_tokens=t.micro_batch_tokens, pack=t.pack,
-                   compute_dtype=compute_dtype)
+                   compute_dtype=compute_dtype, compile_update=t.compile)
 
     def __init__(self, model, reference, objective: objectives.Objective, *, lr: float,
                  weight_decay: float, warmup_steps: int, grad_clip: float, minibatches: int,
                  epochs: int, micro_batch_size: int, temperature: float,
                  micro_batch_tokens: int = 0, pack: bool = False,
-                 compute_dtype: str = "float32") -> None:  # resolved: float32 | bfloat16
+                 compute_dtype: str = "float32",  # resolved: float32 | bfloat16
+                 compile_update: bool = False) -> None:
         self.model, self.reference, self.objective = model, reference, objective
+        # The update's differentiated forward through a compiled decoder (one graph for every
+        # packed shape); the no-grad forwards (pi_old, the reference) stay eager, so grad mode
+        # never asks for a second compilation. Same loss, gradients to ~1e-8.
+        self.update_decoder = (torch.compile(model.get_decoder(), dynamic=True)
+                               if compile_update else None)
         self.grad_clip, self.minibatches, self.epochs = grad_clip, minibatches, epochs
         self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
         self.temperature, self.pack = temperature, pack
@@ -224,9 +230,10 @@ class PolicyTrainer:
     def _micro_batches(self, index: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
         return micro_batches(index, lengths, self.micro_batch_size, self.micro_batch_tokens)
 
-    def _logprobs(self, model, batch: PolicyBatch, with_entropy: bool = False):
+    def _logprobs(self, model, batch: PolicyBatch, with_entropy: bool = False, decoder=None):
         with self._autocast():
-            return completion_logprobs(model, batch, self.temperature, with_entropy, self.pack)
+            return completion_logprobs(model, batch, self.temperature, with_entropy, self.pack,
+                                       decoder)
 
     @torch.no_grad()
     def score_logprobs(self, model, batch: PolicyBatch) -> torch.Tensor:
@@ -297,7 +304,8 @@ class PolicyTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 for part in parts:
                     idx, micro = part.rows, part.batch
-                    logp, entropy = self._logprobs(self.model, micro, with_entropy=True)
+                    logp, entropy = self._logprobs(self.model, micro, with_entropy=True,
+                                                   decoder=self.update_decoder)
                     micro_old = logp.detach() if old_logp is None else old_logp[idx]
                     out = objectives.policy_loss(
                         loss_inputs(part, logp, micro_old,
