@@ -27,6 +27,18 @@ def test_vllm_engine_without_vllm_is_one_line_before_the_run_dir(tmp_path, tiny_
     assert not run.exists()
 
 
+def test_compile_without_a_cxx_compiler_is_one_line_before_the_run_dir(tmp_path, tiny_model_dir,
+                                                                      monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run)
+    one_line_error(invoke("rlvr", "train", cfg, "train.compile=true"),
+                   "C++ compiler", "train.compile=false")
+    assert not run.exists()
+
+
 def test_fleet_keys_in_the_sync_loop_are_named_in_a_warning(tmp_path, tiny_model_dir):
     cfg = rlvr_config(tmp_path, tiny_model_dir, tmp_path / "run", train={"steps": 1},
                       checkpoint={"every": 0})
