@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch
 from rlscale.rlvr import objectives
 from rlscale.rlvr.layout import first_fit_decreasing, packed_layout, padded_layout
 from rlscale.rlvr.logprobs import completion_logprobs, token_logprobs
+from rlscale.rlvr.loop import cxx_compiler
 from rlscale.rlvr.model import build_tiny_model, enable_activation_checkpointing
 from rlscale.rlvr.trainer import PolicyTrainer, build_policy_batch, micro_batches
 from rlscale.runtime.device import DeviceError, resolve_device
@@ -174,8 +174,7 @@ def test_device_auto_and_cpu_and_a_missing_gpu():
 
 
 @pytest.mark.slow  # ~40 s of compilation on one core, even for one layer
-@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                    reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.skipif(cxx_compiler() is None, reason="torch.compile on CPU needs a C++ compiler")
 def test_the_compiled_update_matches_the_eager_one():
     """train.compile: the update's forward through torch.compile'd decoder gives the eager
     step's loss and weights, over two batches of different packed shapes (one compilation,

@@ -216,15 +216,12 @@ def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
     built on first use with the library's `sft`, reused afterwards (every experiment in
     `root` starts from it); a base built with another config is an error, not a silent
     mismatch."""
-    from ..rlvr.config import SFTConfig
-
     if variant is None:
         run_dir, options = root / "base", scale.task_options
     else:
         run_dir, options = root / f"base-{variant.name}", variant.options(scale)
-    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
-                      [*scale.sft, *task_overrides(options), f"out={run_dir / 'model'}",
-                       f"run_dir={run_dir}", f"progress={str(progress).lower()}"])
+    cfg = _sft_config([*scale.sft, *task_overrides(options)], run_dir, run_dir / "model",
+                      progress)
     return _sft_once(cfg, run_dir, "base model")
 
 
@@ -232,19 +229,24 @@ def fine_tuned(root: Path, base: Path, scale: Scale, fine_tune: FineTune, *,
                progress: bool = True) -> Path:
     """`fine_tune` of the `base` model, built in root/teacher-NAME on first use and reused
     afterwards (a model built with another config is refused, as for the base)."""
-    from ..rlvr.config import SFTConfig
-
     run_dir = root / f"teacher-{fine_tune.name}"
-    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
-                      [*_from_base(base, scale), *fine_tune.overrides,
-                       f"out={run_dir / 'model'}", f"run_dir={run_dir}",
-                       f"progress={str(progress).lower()}"])
+    cfg = _sft_config([*_from_base(base, scale), *fine_tune.overrides], run_dir,
+                      run_dir / "model", progress)
     return _sft_once(cfg, run_dir, "fine-tuned model")
 
 
 def _from_base(base: Path, scale: Scale) -> list[str]:
     """reasoning_sft.yaml's overrides for fine-tuning `base` on the scale's task."""
     return ["init_preset=null", f"model.path={base}", *scale.task_overrides()]
+
+
+def _sft_config(overrides: list[str], run_dir: Path, out: Path, progress: bool):
+    """configs/rlvr/reasoning_sft.yaml with `overrides`, run in `run_dir`, the model to `out`."""
+    from ..rlvr.config import SFTConfig
+
+    return load_config(SFTConfig, CONFIGS / SFT_CONFIG,
+                       [*overrides, f"out={out}", f"run_dir={run_dir}",
+                        f"progress={str(progress).lower()}"])
 
 
 def _sft_once(cfg, run_dir: Path, what: str, *, overwrite: bool = False) -> Path:
@@ -267,13 +269,10 @@ def _sft_once(cfg, run_dir: Path, what: str, *, overwrite: bool = False) -> Path
 def train_sft_arm(ctx: Context, arm: SFTArm, seed: int) -> TrainedSFTArm:
     """Fine-tune the base with `arm`'s SFT settings and `seed` (the library's `sft`); a
     finished run with the same config is reused, one with another config is refused."""
-    from ..rlvr.config import SFTConfig
-
     run_dir = arm_run_dir(ctx, arm.label, seed)
     recipe = (*arm.overrides, f"seed={seed}", f"data.seed={seed}")
-    cfg = load_config(SFTConfig, CONFIGS / SFT_CONFIG,
-                      [*_from_base(ctx.base, ctx.scale), *recipe, f"out={run_dir / 'final'}",
-                       f"run_dir={run_dir}", f"progress={str(ctx.progress).lower()}"])
+    cfg = _sft_config([*_from_base(ctx.base, ctx.scale), *recipe], run_dir, run_dir / "final",
+                      ctx.progress)
     try:
         final = _sft_once(cfg, run_dir, f"arm {arm.label}", overwrite=ctx.overwrite)
     except RunDirError as exc:

@@ -83,6 +83,14 @@ def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
     return rewards, stats
 
 
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's inductor would build CPU kernels with ($CXX, g++,
+    c++ or clang++), or None."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    return next((path for name in (*candidates, "g++", "c++", "clang++")
+                 if (path := shutil.which(name))), None)
+
+
 def preflight(cfg: RLVRConfig) -> None:
     """What a run needs that is not there, as one line before anything is written or Ray
     starts: the fleets' packages; and a warning for keys that do nothing in this mode."""
@@ -90,8 +98,7 @@ def preflight(cfg: RLVRConfig) -> None:
     if inert:
         print(f"warning: runtime.mode is sync; {', '.join(inert)} only apply to runtime.mode "
               "async or inflight and do nothing here", file=sys.stderr, flush=True)
-    if cfg.train.compile and cfg.device != "cuda" and not any(
-            shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")):
+    if cfg.train.compile and cfg.device != "cuda" and cxx_compiler() is None:
         raise ValueError("train.compile needs a C++ compiler on CPU (torch.compile's inductor "
                          "builds its kernels with one) and none was found (g++, c++, clang++ "
                          "or $CXX); install one, or set train.compile=false")
@@ -427,12 +434,12 @@ class RLVRRun:
         return final
 
 
-
 def fleet_session(cfg: RLVRConfig):
     """The Ray session a fleets run (`runtime.mode` not sync) trains in: joins one that is
     already open (an experiment's arms share one), else starts and ends its own."""
     return ray_session(cfg.runtime.address, connect_timeout_s=cfg.runtime.connect_timeout_s,
                        num_cpus=max(os.cpu_count() or 1, cfg.runtime.inference_workers))
+
 
 def train(cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
           allow_config_change: bool = False) -> Path:
