@@ -58,6 +58,19 @@ def test_replay_is_a_fifo_window_and_round_trips(tmp_path):
     grown.add(_samples(8))
     assert grown.window() == 6  # 4 + 0.5 * (8 - 4)
     assert set(grown.sample(100, np.random.default_rng(0)).policy_version) <= set(range(2, 8))
+    # a window refilled after a resume that lost 8 samples grows on from them: once it holds
+    # window_start samples it takes all it holds, up to 4 + 0.5 * (8 + 6 - 4) = 9
+    refilled = ReplayWindow(10, (3, 3, 3), 9, window_start=4, window_growth=0.5)
+    refilled.earlier = 8
+    refilled.add(_samples(3))
+    assert refilled.refilling() and refilled.window() == 3
+    refilled.add(_samples(3, start=3))
+    assert not refilled.refilling() and refilled.window() == 6
+    refilled.save(tmp_path / "refilled.npz")
+    again = ReplayWindow(10, (3, 3, 3), 9, window_start=4, window_growth=0.5)
+    again.load(tmp_path / "refilled.npz")
+    assert (again.earlier, again.total_added, again.window()) == (8, 6, 6)
+    assert not grown.refilling()  # a window that lost nothing never waits
 
 
 @pytest.mark.parametrize("name", ["tictactoe", "connect4"])
@@ -368,6 +381,33 @@ def test_a_run_continues_from_an_exported_training_state(tmp_path):
     assert refused.exit_code != 0 and "holds no checkpoint" in refused.output
 
 
+def test_a_run_resumed_without_its_replay_learns_once_the_refill_holds_window_start(tmp_path):
+    """Resumed from a state without its replay, the learner waits until the refilled window
+    holds replay.window_start samples (not one iteration's games), and the window grows on
+    from the samples the run had added, not from a young run's start."""
+    args = lambda out, n: [*_tiny_args(out, n), "replay.window_start=100"]  # noqa: E731
+    first = train(load_config(ZeroConfig, None, args(tmp_path / "first", 2)), progress=False)
+    assert first.counters.learner_steps > 0  # a fresh run learns from min_replay on
+    state = export_training_state(tmp_path / "first", tmp_path / "state")
+    more = train(load_config(ZeroConfig, None, args(tmp_path / "next", 5)), progress=False,
+                 resume_from=state)
+    rows = [json.loads(line) for line in
+            (tmp_path / "next" / "metrics.jsonl").read_text().splitlines()]
+    waiting = [r for r in rows if r["replay/refilling"] == 1.0]
+    assert waiting and all(r["replay/size"] < 100 for r in waiting)
+    assert all("credit/value_loss" not in r and r["counters/learner_steps"]
+               == first.counters.learner_steps for r in waiting)
+    learning = rows[len(waiting):]
+    assert learning and all(r["replay/refilling"] == 0.0 and r["replay/size"] >= 100
+                            and "credit/value_loss" in r for r in learning)
+    # the window takes everything refilled: 100 + 0.5 * (samples - 100) exceeds what it holds
+    assert all(r["replay/window"] == r["replay/size"] for r in rows)
+    assert more.counters.learner_steps > first.counters.learner_steps
+    # the lost count is kept in the refilled run's own checkpoints
+    saved = np.load(tmp_path / "next" / "checkpoints" / "step_000004" / "replay.npz")
+    assert int(saved["earlier"]) == first.counters.samples
+
+
 SHIPPED_GO7 = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models" / "go7"
 
 
@@ -379,6 +419,7 @@ def test_the_committed_go7_training_state_continues_its_counters(tmp_path):
     args = [f"out={tmp_path / 'go7'}", f"train.iterations={saved['iteration'] + 1}",
             "selfplay.concurrent_games=4", "selfplay.games_per_iteration=4",
             "mcts.simulations=4", "mcts.gumbel_considered=4", "train.min_replay=64",
+            "replay.window_start=64",
             "train.batch_size=32", "train.threads=1", "network.ownership_head=true"]
     cfg = load_config(ZeroConfig, CONFIGS / "go7.yaml", args)
     with pytest.raises(RunDirError, match="changes the math"):

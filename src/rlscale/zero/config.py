@@ -137,7 +137,9 @@ class SelfPlayConfig(StrictModel):
 class ReplayConfig(StrictModel):
     capacity: int = pydantic.Field(20_000, ge=1)  # the window: FIFO of the last N samples
     # A short window early (old samples come from a much weaker net): the window grows from
-    # window_start by window_growth new slots per sample added, up to capacity.
+    # window_start by window_growth new slots per sample added, up to capacity. A run resumed
+    # without its replay counts the samples it had added towards that growth, and learns only
+    # once the refill holds window_start samples (never on one iteration's games alone).
     window_start: int | None = None
     window_growth: float = pydantic.Field(0.5, ge=0.0)
     augment: bool = True  # a random board symmetry per sampled position
@@ -152,7 +154,9 @@ class TrainConfig(StrictModel):
     # Learner steps per iteration = new samples * sample_reuse / batch_size: how many times an
     # average sample is trained on while it is in the window.
     sample_reuse: float = pydantic.Field(4.0, gt=0.0)
-    min_replay: int = 512  # no updates until the window holds this many samples
+    # No updates until the window holds this many samples. A run resumed without its replay
+    # (--resume-from an exported state) also waits for replay.window_start refilled samples.
+    min_replay: int = 512
     optimizer: Literal["sgd", "adamw"] = "adamw"
     lr: float = pydantic.Field(2e-3, gt=0.0, le=MAX_LR)
     # Step schedule: {iteration: lr} switches to lr from that iteration on, e.g. {90: 5e-4}.

@@ -205,7 +205,7 @@ class ZeroRun:
         guard_mode = cfg.health.nonfinite_guard
         if guard_mode == "snapshot":
             self.undo.save()
-        if len(self.replay) >= cfg.train.min_replay:
+        if len(self.replay) >= cfg.train.min_replay and not self.replay.refilling():
             self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
             augment_with = self.game if cfg.replay.augment else None
@@ -280,7 +280,8 @@ class ZeroRun:
     def load_checkpoint(self, path: Path, replay_required: bool = True) -> None:
         """Everything `save_checkpoint` wrote to `path`. Without `replay_required` a
         checkpoint slimmed to its training state (export_training_state: no replay.npz, no
-        games in flight) loads too: the replay then refills from self-play."""
+        games in flight) loads too: the replay then refills from self-play, its window growing
+        on from the run's sample count, and learning waits until it holds window_start."""
         net, _ = load_network(path, self.game.name, self.cfg.game.kwargs)
         grown = net.arch != self.learner.net.arch
         if grown:  # a stage grew the network: same function, more capacity
@@ -301,6 +302,8 @@ class ZeroRun:
         self.weights = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
         if replay_required or (path / "replay.npz").is_file():
             self.replay.load(path / "replay.npz")
+        else:  # refilled by self-play; learning waits for a window of window_start samples
+            self.replay.earlier = self.counters.samples
         self.fleet_state = state.get("fleet")
         resign = state.get("resign")
         if (resign is not None and resign["threshold"] is not None
@@ -418,6 +421,8 @@ def _lens_metrics(
     m["speed/train_seconds"] = train_seconds
     m["replay/size"] = len(replay)
     m["replay/window"] = replay.window()
+    if replay.earlier:  # resumed without its replay: 1 while learning waits for the refill
+        m["replay/refilling"] = float(replay.refilling())
     m["counters/games"] = c.games
     m["counters/samples"] = c.samples
     m["counters/learner_steps"] = c.learner_steps
@@ -496,7 +501,8 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
 
     `resume_from`: continue another run's checkpoint (training_state) in the new directory
     cfg.run_dir(): its network, optimiser, counters, RNGs and resignation state; the replay
-    window refills from self-play when the checkpoint has none. Its recorded config is
+    window refills from self-play when the checkpoint has none (no updates until it holds
+    replay.window_start samples, ReplayWindow.refilling). Its recorded config is
     checked as by `resume`."""
     if resume and resume_from is not None:
         raise ConfigError("--resume continues the run in its own directory and --resume-from "

@@ -69,6 +69,11 @@ class ReplayWindow:
 
     With `final_targets` it keeps the final-position fields too (a sample added without them
     counts as from a resigned game); without, it drops them.
+
+    `earlier`: samples the run added before a resume that did not carry them over (a training
+    state exported without its replay). They are gone, but they count towards the window's
+    growth, so a refilled window is as long as the run's was (once it holds that many), not a
+    young run's; `refilling()` says the window is still shorter than `window_start`.
     """
 
     def __init__(
@@ -95,6 +100,7 @@ class ReplayWindow:
             self.score = np.zeros(capacity, np.float32)
             self.final_known = np.zeros(capacity, bool)
         self.total_added = 0  # ever; the next write goes to total_added % capacity
+        self.earlier = 0  # added before a resume that lost them: growth only, no samples
 
     def __len__(self) -> int:
         return min(self.total_added, self.capacity)
@@ -104,8 +110,14 @@ class ReplayWindow:
         size = len(self)
         if self.window_start is None:
             return size
-        grown = self.window_start + self.window_growth * max(0, self.total_added - self.window_start)
+        added = self.earlier + self.total_added
+        grown = self.window_start + self.window_growth * max(0, added - self.window_start)
         return min(size, int(grown))
+
+    def refilling(self) -> bool:
+        """True while a window that lost its samples to a resume (earlier > 0) holds fewer than
+        the run's starting window (window_start, or none when unset)."""
+        return self.earlier > 0 and len(self) < min(self.window_start or 0, self.capacity)
 
     def add(self, samples: Samples) -> None:
         n = len(samples)
@@ -156,12 +168,14 @@ class ReplayWindow:
         np.savez_compressed(
             path,
             total_added=np.int64(self.total_added),
+            earlier=np.int64(self.earlier),
             **{f: getattr(self, f)[order] for f in self.fields},
         )
 
     def load(self, path: str | Path) -> None:
         with np.load(path) as data:
             total_added = int(data["total_added"])
+            self.earlier = int(data["earlier"]) if "earlier" in data else 0
             stored = Samples(**{f: data[f] for f in _FIELDS + FINAL_FIELDS if f in data})
         self.total_added = total_added - len(stored)
         self.add(stored)
