@@ -14,8 +14,10 @@ rlscale's `train.compute_dtype: auto` and GRPOConfig's `bf16=True`). Models: the
 (31.5 M), freshly initialised (`init_model`, seed 0) and saved once as a Hugging Face folder
 that both sides load. A random-init model rarely samples EOS (about one token in a hundred
 with the character vocabulary), and a batch stops early only when all 64 rows have ended, so
-both sides decode the full `--tokens` budget every step; the table shows each side's mean
-completion length (a row ends at its EOS) so the equal work is visible.
+each side's batch runs for the full `--tokens` budget every step; a row, though, ends at its
+own EOS (at 256 tokens rows average 80-90), and the table shows each side's mean completion
+length so the equal work is visible. The lower bound counts every row for the full budget,
+so at long budgets a step can come in under it.
 
 rlscale runs its real loop (`rlscale.rlvr.loop.train` on configs/rlvr/quickstart.yaml with
 the workload's overrides, everything else at its defaults, so its update packs several
@@ -342,7 +344,7 @@ def main() -> None:
           f"trl {versions['trl']}; {args.threads} thread(s); CPU flags: {cpu_flags()}")
     print(f"workload: arithmetic, {PROMPTS} prompts x {GROUP} completions per step, temperature "
           f"{TEMPERATURE}, AdamW lr {LR}, CPU; random-init models (EOS is rare: every batch "
-          f"decodes the full budget); {args.warmup} warmup + {args.steps} measured steps per "
+          f"runs the full budget, its rows end at their EOS); {args.warmup} warmup + {args.steps} measured steps per "
           f"run, {args.repeats} interleaved repeat(s)")
     rates = machine_rates(args.threads)
     prompt = prompt_tokens()
