@@ -262,15 +262,23 @@ def cpu_flags() -> str:
     return " ".join(found) or "none of " + ", ".join(wanted)
 
 
-def lower_bound(params: float, prompt: float, tokens: int, rates: dict, precision: str) -> float:
+def lower_bound(params: float, prompt: float, tokens: int, rates: dict, precision: str,
+                mean_length: float | None = None) -> float:
     """Seconds a step cannot go below here: each of `tokens` decode steps reads the fp32
     weights once (at the measured bandwidth) or does its 2 N FLOPs per row (at matmul peak),
     whichever is slower; the update does 3 forwards' FLOPs, 6 N per token of every row, at
-    matmul peak."""
+    matmul peak.
+
+    Without `mean_length` every row counts for the full budget. With it (the rows' mean
+    completion length as sampled), the bound at those lengths: the batch still runs `tokens`
+    decode steps (its longest row), each reading the weights, but only the rows still going
+    do FLOPs, and the update trains on the tokens sampled; a step cannot beat this one
+    either, and at long budgets, where rows end early, it is the one that measures distance."""
     peak = rates[f"{precision}_flops"]
     rows = PROMPTS * GROUP
-    decode = tokens * max(4 * params / rates["bandwidth"], 2 * params * rows / peak)
-    update = 6 * params * rows * (prompt + tokens) / peak
+    length = tokens if mean_length is None else mean_length
+    decode = max(tokens * 4 * params / rates["bandwidth"], 2 * params * rows * length / peak)
+    update = 6 * params * rows * (prompt + length) / peak
     return decode + update
 
 
@@ -373,13 +381,18 @@ def main() -> None:
                       f"({time.perf_counter() - t0:.0f} s with start-up)", file=sys.stderr)
     print("\n| precision | model | completion tokens | rlscale min / median s | TRL min / median s | "
           "TRL / rlscale | rlscale collect / train s | TRL generate+score / rest s | "
-          "mean length rlscale / TRL | lower bound s | rlscale / bound | TRL / bound |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "mean length rlscale / TRL | lower bound s | rlscale / bound | TRL / bound | "
+          "at the sampled lengths: bound rlscale / TRL s | rlscale / its bound | TRL / its bound |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+          "---: | ---: | ---: |")
     cell_results = []
     for precision, name, tokens in cells:
         ours, theirs = (summary(runs[precision, name, tokens][s]) for s in ("rlscale", "trl"))
         ratio = theirs["median_s"] / ours["median_s"]
         bound = lower_bound(params[name] * 1e6, prompt, tokens, rates, precision)
+        sampled = {side: lower_bound(params[name] * 1e6, prompt, tokens, rates, precision,
+                                     result["mean_length"])
+                   for side, result in (("rlscale", ours), ("trl", theirs))}
         # The update's useful FLOP rate: 6 N per completion token, over the update's time.
         useful = (6 * params[name] * 1e6 * PROMPTS * GROUP * ours["mean_length"]
                   / ours["update_median_s"])
@@ -388,10 +401,14 @@ def main() -> None:
               f"{ratio:.2f}x | {ours['collect_median_s']:.3f} / {ours['train_median_s']:.3f} | "
               f"{theirs['collect_median_s']:.3f} / {theirs['train_median_s']:.3f} | "
               f"{ours['mean_length']:.1f} / {theirs['mean_length']:.1f} | {bound:.3f} | "
-              f"{ours['median_s'] / bound:.2f}x | {theirs['median_s'] / bound:.2f}x |")
+              f"{ours['median_s'] / bound:.2f}x | {theirs['median_s'] / bound:.2f}x | "
+              f"{sampled['rlscale']:.3f} / {sampled['trl']:.3f} | "
+              f"{ours['median_s'] / sampled['rlscale']:.2f}x | "
+              f"{theirs['median_s'] / sampled['trl']:.2f}x |")
         cell_results.append({"precision": precision, "model": name, "params_m": params[name],
                              "tokens": tokens, "rlscale": ours, "trl": theirs,
                              "trl_over_rlscale": ratio, "lower_bound_s": bound,
+                             "lower_bound_at_sampled_lengths_s": sampled,
                              "update_useful_flops": useful,
                              "update_useful_share_of_fp32_peak": useful / rates["fp32_flops"],
                              "runs": runs[precision, name, tokens]})
