@@ -4,9 +4,11 @@
 #   OUT=/some/dir bash benchmarks/gpu_check.sh        # from the repository root
 #
 # 1. a venv with rlscale and PyPI's CUDA vLLM (`.[vllm]`: vllm==0.32.0 pins the matching torch),
-#    unless PYTHON names an interpreter that already has them (a machine without a registry);
+#    unless PYTHON names an interpreter that already has rlscale's dependencies (a machine
+#    without a registry: then the parts that need vLLM are skipped if it cannot import it);
 # 2. torch.cuda.is_available(), device name, versions;
-# 3. a two-step trainer run on CUDA, then one GRPO step of a 0.5 B Qwen2-shaped model (memory.py);
+# 3. a two-step trainer run on CUDA, GRPO steps of the reasoning recipe on a random 6.3 M model
+#    (seconds per step), then one GRPO step of a 0.5 B Qwen2-shaped model (memory.py);
 # 4. tests/test_vllm_engine.py on CUDA (greedy tokens, mu after top-p, load_weights);
 # 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
@@ -48,9 +50,14 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 part cuda "$PYTHON" -c '
-import torch, vllm, transformers
+import torch, transformers
 assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
-print("torch", torch.__version__, "cuda", torch.version.cuda, "vllm", vllm.__version__,
+try:
+    import vllm
+    vllm_version = vllm.__version__
+except ImportError as e:
+    vllm_version = f"not importable ({e})"
+print("torch", torch.__version__, "cuda", torch.version.cuda, "vllm", vllm_version,
       "transformers", transformers.__version__)
 print("device", torch.cuda.get_device_name(0),
       f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
@@ -64,7 +71,7 @@ nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 # seconds, simulations/s.
 part zero_mcts "$PYTHON" benchmarks/mcts.py --model src/rlscale/zero/models/connect4 --seconds 2
 part zero_tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/zero/test_zero_device.py
-part zero_go7 timeout 600 "$PYTHON" -m rlscale.cli zero train configs/zero/go7.yaml device=cuda \
+part zero_go7 timeout 240 "$PYTHON" -m rlscale.cli zero train configs/zero/go7.yaml device=cuda \
   train.iterations=2 selfplay.concurrent_games=128 selfplay.games_per_iteration=128 \
   train.min_replay=1024 checkpoint.every=1 --out "$OUT/zero_go7" --overwrite --no-progress
 "$PYTHON" - "$OUT/zero_go7/metrics.jsonl" <<'EOF' 2>&1 | tee -a "$SUMMARY"
@@ -84,8 +91,26 @@ part trainer_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_
 part trainer "$PYTHON" -m rlscale.cli rlvr train src/rlscale/configs/rlvr/quickstart.yaml \
   model.path="$OUT/train_base" run_dir="$OUT/train_run" train.steps=2 device=cuda \
   eval.every=0 checkpoint.every=0
+# The reasoning recipe's step (16 prompts x 8 completions, up to 256 tokens) on a random 6.3 M
+# model: a random model samples EOS rarely, so most rows run the full budget.
+part reasoning_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_model('small', '$OUT/reasoning_base')"
+part reasoning timeout 300 "$PYTHON" -m rlscale.cli rlvr train configs/rlvr/reasoning.yaml \
+  model.path="$OUT/reasoning_base" run_dir="$OUT/reasoning_run" train.steps=4 device=cuda \
+  eval.every=0 checkpoint.every=0
+"$PYTHON" - "$OUT/reasoning_run/metrics.jsonl" <<'EOF' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    times = {k: round(v, 3) for k, v in r.items() if k.startswith(("time/", "memory/"))}
+    print(f"reasoning step {r.get('step')}: {times}")
+EOF
 part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --device cuda
 
+if ! "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
+  echo "tests, bench_tiny, bench_05b: skipped (vllm not importable by $PYTHON)" | tee -a "$SUMMARY"
+  echo "== summary ($SUMMARY)"
+  cat "$SUMMARY"
+  exit 0
+fi
 part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
 
 # Small KV share: the figure of interest is the model's, not the preallocation's.

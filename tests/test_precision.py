@@ -188,3 +188,17 @@ def test_a_model_too_big_to_time_falls_back_to_the_matmul_probe(monkeypatch):
     model, _ = lm.build_tiny_model("tiny", seed=0)
     monkeypatch.setattr(lm, "WORKLOAD_MAX_GFLOP", 0.1)
     assert lm.precision_workload(model) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA GPU")
+def test_the_language_model_workload_runs_on_cuda():
+    """A model on the GPU: its ids are drawn on the CPU and moved (a CUDA generator once
+    failed `auto` on the first GPU run), and both passes run there."""
+    from rlscale.rlvr import model as lm
+
+    model = lm.build_tiny_model("tiny", seed=0)[0].to("cuda")
+    workload = lm.precision_workload(model)
+    assert workload is not None
+    fp32, bf16 = dev.measure_workload_rates(workload, torch.device("cuda"), seconds=0.01,
+                                            rounds=1)
+    assert fp32 > 0 and bf16 > 0

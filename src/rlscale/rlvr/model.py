@@ -221,9 +221,9 @@ def precision_workload(model) -> Workload | None:
     if tokens_x_flops * count_parameters(model) / 1e9 > WORKLOAD_MAX_GFLOP:
         return None
     device = params[0].device
-    generator = torch.Generator(device=device).manual_seed(0)
+    generator = torch.Generator().manual_seed(0)  # drawn on the CPU for every device
     vocab = model.config.vocab_size
-    train_ids = torch.randint(vocab, (rows, width), generator=generator, device=device)
+    train_ids = torch.randint(vocab, (rows, width), generator=generator).to(device)
     prompts = torch.randint(vocab, (WORKLOAD_DECODE_ROWS, WORKLOAD_DECODE_CALLS),
                             generator=generator).tolist()
     # No token ends a row early (no id is -1), so every pass decodes the same steps.
