@@ -18,6 +18,19 @@
 #    Go run with `device=cuda` (smaller self-play than the recipe), seconds per iteration.
 # Everything lands in $OUT: one log per part and summary.txt (one line per part, with its exit
 # status). A failing part is recorded and the next one still runs.
+#
+# A machine with no package registry (the lent H200's image: Python 3.12 with torch, numpy,
+# tokenizers, safetensors, typer, rich, tensorboard, numba, pytest, but no pydantic and an older
+# transformers): download the missing wheels here, carry them, install them there, and run
+# rlscale from the checkout:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 \
+#     pydantic_core==2.50.5 annotated-types typing-inspection typing_extensions==4.16.0 \
+#     transformers==5.25.0 huggingface_hub==2.4.0 kernels==0.19.1 hf-xet httpx2 httpcore2 \
+#     anyio h11 idna certifi sniffio truststore click tomlkit regex tqdm
+#   # there:
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site:$PWD/src PYTHON=python3 OUT=/tmp/g bash benchmarks/gpu_check.sh
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
