@@ -278,21 +278,6 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: tor
     return torch.matmul(scores.softmax(-1), values)
 
 
-# bf16 decoding on a CPU keeps its keys and values in fp32: attention of one new token per row
-# is many tiny products ([group, d] x [d, T] for every row and KV head), and there fp32's two
-# matmuls beat bf16's SDPA, whose per-call cost was 37% of a bf16 collect (6.3 M model, 64
-# rows, 256 tokens, 2 threads, AVX-512 BF16 EPYC). The projections stay in bf16.
-FP32_CACHE_ON_CPU = True
-
-
-def cache_dtype(weights: DecoderWeights) -> torch.dtype:
-    """The dtype of the KV cache that `decode_step` fills for `weights`."""
-    on_cpu = weights.embed.device.type == "cpu"
-    if FP32_CACHE_ON_CPU and on_cpu and weights.dtype == torch.bfloat16:
-        return torch.float32
-    return weights.dtype
-
-
 def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """Feed one token per row (`tokens`, `positions`: [B]); return the next-token logits
@@ -318,8 +303,8 @@ def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
         cache.keys[i, :, :, column] = k
         cache.values[i, :, :, column] = v
         keys, values = cache.layer_window(i)
-        attn = _attend(q.view(batch, w.kv_heads, group, w.head_dim).to(keys.dtype), keys,
-                       values, bias, w.scaling).reshape(batch, q_dim).to(w.dtype)
+        attn = _attend(q.view(batch, w.kv_heads, group, w.head_dim), keys, values, bias,
+                       w.scaling).reshape(batch, q_dim)
         x = x + layer.out(attn)
         gate_up = layer.gate_up(rms_norm(x, layer.mlp_norm))
         hidden = F.silu(gate_up[:, : w.intermediate]) * gate_up[:, w.intermediate:]

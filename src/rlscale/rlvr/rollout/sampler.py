@@ -17,7 +17,7 @@ import transformers
 from packaging.version import Version
 from transformers import DynamicCache
 
-from .decoder import DecoderWeights, cache_dtype, decode_step
+from .decoder import DecoderWeights, decode_step
 from .kv_cache import KVCache
 
 
@@ -205,7 +205,7 @@ def step_function(model, fast_decode: bool = True):
         with torch.autocast(device.type, enabled=False):  # the weights are cast already
             return decode_step(weights, cache, tokens, positions)
 
-    return cache_dtype(weights), fast
+    return weights.dtype, fast
 
 
 def decode_completions(tokenizer, rollout: Rollout) -> list[str]:
