@@ -207,3 +207,41 @@ def test_policy_version_passes_through(lm, version):
     rollout = run(lm, SamplingParams(max_new_tokens=2), version=version)
     assert rollout.policy_version == version
     assert rollout.prompt_ids == encode(lm[1])
+
+
+def test_sampling_by_cdf_draws_each_token_at_its_probability_and_never_a_zero():
+    from rlscale.rlvr.rollout.sampler import CDF_BLOCK, sample_by_cdf
+
+    vocab = 5 * CDF_BLOCK + 37                      # a last block that is partly padding
+    weights = torch.zeros(vocab, dtype=torch.float32)
+    support = torch.tensor([0, 1, CDF_BLOCK - 1, CDF_BLOCK, 3 * CDF_BLOCK + 5, vocab - 1])
+    weights[support] = torch.tensor([0.3, 1e-3, 0.2, 0.15, 0.249, 0.1])
+    draws = 200_000
+    probs = (weights * 7.0).expand(draws, vocab)    # unnormalised is fine
+    chosen = sample_by_cdf(probs, torch.Generator().manual_seed(0))
+    counts = torch.bincount(chosen, minlength=vocab).double()
+    assert counts.sum() == draws and counts[weights == 0].sum() == 0
+    expected = weights.double() / weights.sum() * draws
+    sigma = (expected * (1 - expected / draws)).sqrt()
+    assert ((counts[support] - expected[support]).abs() <= 5 * sigma[support] + 1).all()
+    again = sample_by_cdf(probs[:1000], torch.Generator().manual_seed(3))
+    assert torch.equal(again, sample_by_cdf(probs[:1000], torch.Generator().manual_seed(3)))
+
+
+def test_sample_next_keeps_multinomial_below_the_cdf_vocabulary():
+    """The character vocabulary's streams (every documented run) are torch.multinomial's;
+    a large vocabulary draws by inverse CDF. Both report the drawn tokens' log-probs."""
+    from rlscale.rlvr.rollout.sampler import CDF_MIN_VOCAB, sample_next
+
+    torch.manual_seed(0)
+    small = torch.randn(16, 100)
+    chosen, logp = sample_next(small, 1.0, 1.0, torch.Generator().manual_seed(5))
+    expected = torch.multinomial(small.log_softmax(-1).exp(), 1,
+                                 generator=torch.Generator().manual_seed(5)).squeeze(-1)
+    assert torch.equal(chosen, expected)
+    large = torch.randn(16, CDF_MIN_VOCAB * 3)
+    chosen, logp = sample_next(large, 0.7, 0.9, torch.Generator().manual_seed(5))
+    reference = large.div(0.7).log_softmax(-1)
+    assert chosen.max() < large.shape[1] and torch.isfinite(logp).all()
+    kept = logp >= reference.gather(-1, chosen[:, None]).squeeze(-1) - 1e-6  # top-p renormalises up
+    assert kept.all()
