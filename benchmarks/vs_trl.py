@@ -4,6 +4,12 @@
     .venv/bin/python benchmarks/vs_trl.py        # the same table into runs/vs_trl/
     .venv/bin/python benchmarks/vs_trl.py --models tiny --tokens 16 --steps 2 --warmup 1 \
         --repeats 1                              # a smoke run (about a minute)
+    .venv/bin/python benchmarks/vs_trl.py --models reasoning=runs/reasoning/base \
+        --task long_arithmetic --tokens 256      # a trained model from a local folder
+
+`--models` takes presets and NAME=PATH for a model saved in a local Hugging Face folder (the
+reasoning quickstart's SFT base, say), which both sides load as it is; `--task` picks the
+task whose train prompts and verifier both sides use (default arithmetic).
 
 One workload on both sides: the arithmetic task's train prompts (the very prompts rlscale's
 loop draws at each step), 8 prompts x 8 completions per step, temperature 1, one AdamW
@@ -87,7 +93,7 @@ def intervals(stamps: list[float], warmup: int) -> list[float]:
 
 # -- the two workers (each in its own process) ---------------------------------------------
 def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
-                threads: int, precision: str) -> dict:
+                threads: int, precision: str, task_name: str) -> dict:
     import torch
 
     from rlscale.config import load_config
@@ -97,7 +103,8 @@ def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: 
 
     torch.set_num_threads(threads)
     overrides = [
-        f"model.path={model_path}", f"run_dir={run_dir}", "objective=grpo", "loss.kl_coef=0.0",
+        f"model.path={model_path}", f"run_dir={run_dir}", f"task.name={task_name}",
+        "objective=grpo", "loss.kl_coef=0.0",
         f"rollout.prompts_per_step={PROMPTS}", f"rollout.group_size={GROUP}",
         f"rollout.max_new_tokens={tokens}", f"rollout.temperature={TEMPERATURE}",
         f"train.steps={warmup + steps}", f"train.lr={LR}", f"train.threads={threads}",
@@ -126,7 +133,7 @@ def run_rlscale(model_path: str, run_dir: str, tokens: int, steps: int, warmup: 
 
 
 def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
-            threads: int, precision: str) -> dict:
+            threads: int, precision: str, task_name: str) -> dict:
     import warnings
 
     import torch
@@ -145,13 +152,13 @@ def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
 
     disable_progress_bar()
     torch.set_num_threads(threads)
-    task = make_task("arithmetic")
+    task = make_task(task_name)
     per_step = step_prompts(task, warmup + steps)
     by_prompt = {ex.prompt: ex for batch in per_step for ex in batch}
     dataset = Dataset.from_dict({"prompt": [ex.prompt for batch in per_step for ex in batch]})
     scored: list[tuple[float, list[int]]] = []  # (when a batch was scored, completion lengths)
 
-    def arithmetic_verifier(prompts, completions, completion_ids, **_):
+    def verifier(prompts, completions, completion_ids, **_):
         rewards = []
         for prompt, completion in zip(prompts, completions, strict=True):
             try:
@@ -184,7 +191,7 @@ def run_trl(model_path: str, run_dir: str, tokens: int, steps: int, warmup: int,
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                  local_files_only=True)
     timer = StepTimer()
-    trainer = GRPOTrainer(model=model, reward_funcs=arithmetic_verifier, args=config,
+    trainer = GRPOTrainer(model=model, reward_funcs=verifier, args=config,
                           train_dataset=dataset, processing_class=load_tokenizer(model_path),
                           callbacks=[timer])
     trainer.remove_callback(PrinterCallback)  # this process's stdout is one JSON line
@@ -238,14 +245,14 @@ def machine_rates(threads: int) -> dict[str, float]:
     return rates
 
 
-def prompt_tokens() -> float:
+def prompt_tokens(task_name: str) -> float:
     """Mean prompt length in tokens of the workload (the character tokenizer)."""
     from rlscale.rlvr.model import PromptFormatter, build_char_tokenizer
     from rlscale.rlvr.tasks import make_task
 
     tokenizer = build_char_tokenizer()
     formatter = PromptFormatter(tokenizer, False, None)
-    examples = [ex for batch in step_prompts(make_task("arithmetic"), 8) for ex in batch]
+    examples = [ex for batch in step_prompts(make_task(task_name), 8) for ex in batch]
     return statistics.mean(len(tokenizer(formatter(ex), add_special_tokens=False)["input_ids"])
                            for ex in examples)
 
@@ -288,7 +295,7 @@ def run_child(system: str, model_path: Path, run_dir: Path, tokens: int, precisi
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system,
            "--model-path", str(model_path), "--run-dir", str(run_dir), "--tokens", str(tokens),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
-           "--precision", precision]
+           "--precision", precision, "--task", args.task]
     threads = str(args.threads)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "TOKENIZERS_PARALLELISM": "false"}
@@ -317,7 +324,10 @@ def summary(runs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="tiny,small,medium")
+    parser.add_argument("--models", default="tiny,small,medium",
+                        help="presets, and NAME=PATH for a model in a local folder")
+    parser.add_argument("--task", default="arithmetic",
+                        help="the task whose prompts and verifier both sides use")
     parser.add_argument("--tokens", default="16,128,256",
                         help="completion tokens, comma-separated")
     parser.add_argument("--steps", type=int, default=10, help="measured steps per run")
@@ -333,7 +343,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         result = WORKERS[args.worker](args.model_path, args.run_dir, int(args.tokens), args.steps,
-                                      args.warmup, args.threads, args.precision)
+                                      args.warmup, args.threads, args.precision, args.task)
         print(json.dumps(result))
         return
     if importlib.util.find_spec("trl") is None:
@@ -346,22 +356,29 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     out = Path(args.out)
-    models, token_counts = args.models.split(","), [int(t) for t in args.tokens.split(",")]
+    specs = dict(spec.split("=", 1) if "=" in spec else (spec, "")
+                 for spec in args.models.split(","))
+    models, token_counts = list(specs), [int(t) for t in args.tokens.split(",")]
+    for name, folder in specs.items():
+        if folder and not (Path(folder) / "config.json").is_file():
+            sys.exit(f"error: --models {name}={folder}: no Hugging Face model folder there")
     versions = {name: version(name) for name in ("torch", "transformers", "trl")}
     print(f"torch {versions['torch']}, transformers {versions['transformers']}, "
           f"trl {versions['trl']}; {args.threads} thread(s); CPU flags: {cpu_flags()}")
-    print(f"workload: arithmetic, {PROMPTS} prompts x {GROUP} completions per step, temperature "
-          f"{TEMPERATURE}, AdamW lr {LR}, CPU; random-init models (EOS is rare: every batch "
-          f"runs the full budget, its rows end at their EOS); {args.warmup} warmup + {args.steps} measured steps per "
-          f"run, {args.repeats} interleaved repeat(s)")
+    print(f"workload: {args.task}, {PROMPTS} prompts x {GROUP} completions per step, "
+          f"temperature {TEMPERATURE}, AdamW lr {LR}, CPU; random-init presets (EOS is rare: "
+          f"every batch runs the full budget, its rows end at their EOS) and local models as "
+          f"saved; {args.warmup} warmup + {args.steps} measured steps per run, {args.repeats} "
+          f"interleaved repeat(s)")
     rates = machine_rates(args.threads)
-    prompt = prompt_tokens()
+    prompt = prompt_tokens(args.task)
     print(f"machine: fp32 matmul {rates['fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 matmul "
           f"{rates['bf16_flops'] / 1e9:.0f} GFLOP/s, memory bandwidth "
           f"{rates['bandwidth'] / 1e9:.1f} GB/s; prompts {prompt:.1f} tokens on average")
     paths, params = {}, {}
-    for name in models:
-        paths[name] = init_model(name, out / "models" / name, seed=SEED, overwrite=True).resolve()
+    for name, folder in specs.items():
+        paths[name] = (Path(folder).resolve() if folder else
+                       init_model(name, out / "models" / name, seed=SEED, overwrite=True).resolve())
         params[name] = count_parameters(load_model(paths[name])[0]) / 1e6
     precisions = args.precision.split(",")
     cells = [(p, name, tokens) for p in precisions for name in models for tokens in token_counts]
@@ -427,7 +444,8 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps({
         "versions": versions, "threads": args.threads, "steps": args.steps,
         "warmup": args.warmup, "repeats": args.repeats, "prompts_per_step": PROMPTS,
-        "group_size": GROUP, "lr": LR, "temperature": TEMPERATURE, "machine": rates,
+        "group_size": GROUP, "lr": LR, "temperature": TEMPERATURE, "task": args.task,
+        "models": {name: str(paths[name]) for name in models}, "machine": rates,
         "prompt_tokens": prompt, "cells": cell_results},
         indent=1))
     print(f"wrote {out / 'results.json'}")
