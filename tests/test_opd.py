@@ -118,9 +118,9 @@ def _opd_config(tmp_path, student, teacher, *extra):
 
 
 def test_opd_with_the_student_as_teacher_leaves_the_weights_unchanged(tmp_path, tiny_model_dir):
-    # fp32: exact identity. In bf16 (what `auto` picks on some CPUs) the teacher's no-grad
-    # forward (SDPA) and the student's differentiated one (the trainer's matmul attention)
-    # round differently, and the reverse KL is small but not 0.
+    # fp32: exact identity. In bf16 (what `auto` picks on some CPUs) the weights moved: the
+    # teacher's forward and the student's passes (sampler decode, trainer attention) take
+    # different kernels, which round differently in bf16.
     final = train(_opd_config(tmp_path, tiny_model_dir, tiny_model_dir,
                               "train.compute_dtype=float32"))
     before = load_file(tiny_model_dir / "model.safetensors")
