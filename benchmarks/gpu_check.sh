@@ -29,8 +29,8 @@
 #     transformers==5.25.0 huggingface_hub==2.4.0 kernels==0.19.1 hf-xet httpx2 httpcore2 \
 #     anyio h11 idna certifi sniffio truststore click tomlkit regex tqdm
 #   # there:
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-#   PYTHONPATH=/tmp/site:$PWD/src PYTHON=python3 OUT=/tmp/g bash benchmarks/gpu_check.sh
+#   python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl
+#   PYTHONPATH=.site:src PYTHON=python3 OUT=runs/gpu_check bash benchmarks/gpu_check.sh
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
