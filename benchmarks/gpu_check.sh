@@ -118,19 +118,16 @@ for r in map(json.loads, open(sys.argv[1])):
 EOF
 part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --device cuda
 
-if ! "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
+if "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
+  part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
+  # Small KV share: the figure of interest is the model's, not the preallocation's.
+  part bench_tiny "$PYTHON" benchmarks/engine_vllm.py --models tiny --modes compiled \
+    --dtype float32 --slots 256 --engine-arg gpu_memory_utilization=0.2 --json "$OUT/bench_tiny.json"
+  part bench_05b "$PYTHON" benchmarks/engine_vllm.py --models 0.5b --modes compiled \
+    --dtype bfloat16 --slots 256 --engine-arg gpu_memory_utilization=0.3 --json "$OUT/bench_05b.json"
+else
   echo "tests, bench_tiny, bench_05b: skipped (vllm not importable by $PYTHON)" | tee -a "$SUMMARY"
-  echo "== summary ($SUMMARY)"
-  cat "$SUMMARY"
-  exit 0
 fi
-part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
-
-# Small KV share: the figure of interest is the model's, not the preallocation's.
-part bench_tiny "$PYTHON" benchmarks/engine_vllm.py --models tiny --modes compiled \
-  --dtype float32 --slots 256 --engine-arg gpu_memory_utilization=0.2 --json "$OUT/bench_tiny.json"
-part bench_05b "$PYTHON" benchmarks/engine_vllm.py --models 0.5b --modes compiled \
-  --dtype bfloat16 --slots 256 --engine-arg gpu_memory_utilization=0.3 --json "$OUT/bench_05b.json"
 
 echo "== summary ($SUMMARY)"
 cat "$SUMMARY"

@@ -94,7 +94,7 @@ def cached_forward(model, cache, **inputs) -> tuple[torch.Tensor, Any]:
 # Vocabularies of at least this many tokens draw by inverse CDF (`sample_by_cdf`); smaller
 # ones keep torch.multinomial, whose cost there is small (~0.5 ms for 64 rows of 100 tokens)
 # and whose streams every documented run of the character-vocabulary models was drawn from.
-# multinomial draws one exponential per vocabulary entry: 114 ms for 32 rows of Qwen2's
+# multinomial draws one exponential per vocabulary entry: 105 ms for 32 rows of Qwen2's
 # 151,936 tokens on 2 threads, about a sixth of a 0.5 B model's decode step there.
 CDF_MIN_VOCAB = 1024
 CDF_BLOCK = 256
