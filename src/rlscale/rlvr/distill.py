@@ -28,6 +28,7 @@ from ..runtime import checkpoint as ckpt
 from ..runtime import rundir
 from ..runtime.device import compute_context, resolve_compute_dtype, resolve_device
 from ..runtime.metrics import MetricsLogger, StepProgress
+from ..runtime.optim import adamw
 from ..runtime.trackers import open_trackers
 from . import imitation, lora
 from .config import SFTConfig
@@ -181,8 +182,8 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         model = lora.apply_lora(model, settings, cfg.seed)
     dump_config(cfg, run_dir / "config.yaml")
     pairs = build_demonstrations(cfg, tokenizer)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    optimizer = adamw([p for p in model.parameters() if p.requires_grad],
+                      lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
 
     def schedule(step: int) -> float:  # linear warmup, cosine decay to 10%
         if step < cfg.warmup_steps:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..runtime.device import compute_context
+from ..runtime.optim import adamw
 from . import imitation, lora, objectives
 from .layout import sequence_lengths
 from .logprobs import completion_logprobs
@@ -215,8 +216,8 @@ class PolicyTrainer:
         self.device = next(model.parameters()).device
         self.compute_dtype = compute_dtype
         # With LoRA only the adapters train: the optimiser holds what requires a gradient.
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                           lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
+        self.optimizer = adamw([p for p in model.parameters() if p.requires_grad],
+                               lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps else 1.0)
         self.version = 0  # bumped after every step's updates: the policy version

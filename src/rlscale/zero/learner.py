@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rlscale.runtime.optim import adamw
 from rlscale.zero.config import TrainConfig
 from rlscale.zero.network import NetOutput, PolicyValueNet
 from rlscale.zero.replay import Samples
@@ -86,9 +87,8 @@ class Learner:
                 weight_decay=config.weight_decay,
             )
         else:
-            self.optimizer = torch.optim.AdamW(
-                net.parameters(), lr=config.lr, weight_decay=config.weight_decay
-            )
+            self.optimizer = adamw(net.parameters(), lr=config.lr,
+                                   weight_decay=config.weight_decay)
         self.steps = 0
 
     def lr_at(self, iteration: int) -> float:
