@@ -245,3 +245,16 @@ def test_sample_next_keeps_multinomial_below_the_cdf_vocabulary():
     assert chosen.max() < large.shape[1] and torch.isfinite(logp).all()
     kept = logp >= reference.gather(-1, chosen[:, None]).squeeze(-1) - 1e-6  # top-p renormalises up
     assert kept.all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA GPU")
+def test_sampling_by_cdf_on_cuda_draws_the_cpu_tokens_and_returns_them_on_the_cpu():
+    from rlscale.rlvr.rollout.sampler import CDF_MIN_VOCAB, sample_by_cdf, sample_next
+    logits = torch.randn(64, CDF_MIN_VOCAB * 5 + 3, generator=torch.Generator().manual_seed(0))
+    probs = logits.softmax(-1)
+    on_cpu = sample_by_cdf(probs, torch.Generator().manual_seed(1))
+    on_gpu = sample_by_cdf(probs.cuda(), torch.Generator().manual_seed(1))
+    assert torch.equal(on_gpu.cpu(), on_cpu)
+    tokens, logps = sample_next(logits.cuda(), 1.0, 1.0, torch.Generator().manual_seed(1))
+    assert tokens.device.type == logps.device.type == "cpu"
+    assert torch.equal(tokens, on_cpu)
