@@ -8,7 +8,8 @@
 #    without a registry: then the parts that need vLLM are skipped if it cannot import it);
 # 2. torch.cuda.is_available(), device name, versions;
 # 3. a two-step trainer run on CUDA, GRPO steps of the reasoning recipe on a random 6.3 M model
-#    (seconds per step), then one GRPO step of a 0.5 B Qwen2-shaped model (memory.py);
+#    (seconds per step), then one GRPO step of a 0.5 B Qwen2-shaped model (memory.py) and its
+#    sampler's token step alone (sampler_step.py);
 # 4. tests/test_vllm_engine.py on CUDA (greedy tokens, mu after top-p, load_weights);
 # 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
@@ -117,6 +118,9 @@ for r in map(json.loads, open(sys.argv[1])):
     print(f"reasoning step {r.get('step')}: {times}")
 EOF
 part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --device cuda
+# The sampler alone on the same model: a token step, the decode step, the draw.
+part sampler_05b "$PYTHON" benchmarks/sampler_step.py --model 0.5b --device cuda --rows 32 \
+  --tokens 128 --cache "$OUT/memory"
 
 if "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
   part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
