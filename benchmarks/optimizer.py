@@ -21,16 +21,20 @@ import torch
 from rlscale.rlvr.model import build_tiny_model
 from rlscale.runtime.device import machine_summary
 
-QWEN2_0_5B_SHAPES = ([(151936, 896)] + [(896, 896), (128, 896), (128, 896), (896, 896),
-                                        (4864, 896), (4864, 896), (896, 4864)] * 24
-                     + [(896,)] * 49)
 FORMS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def parameter_shapes(model: str) -> list[tuple[int, ...]]:
-    if model == "0.5b":
-        return QWEN2_0_5B_SHAPES
-    net, _ = build_tiny_model(model)
+    """The parameter shapes of a preset, or of benchmarks/memory.py's Qwen2-0.5B shape
+    (built on the meta device: shapes, no memory)."""
+    if model != "0.5b":
+        net, _ = build_tiny_model(model)
+        return [tuple(p.shape) for p in net.parameters()]
+    from memory import QWEN2_0_5B  # benchmarks/memory.py, beside this file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    with torch.device("meta"):
+        net = Qwen2ForCausalLM(Qwen2Config(**QWEN2_0_5B))
     return [tuple(p.shape) for p in net.parameters()]
 
 

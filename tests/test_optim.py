@@ -33,6 +33,6 @@ def test_the_fused_step_matches_the_loop_to_float_rounding():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
-def test_integer_or_mixed_device_parameters_fall_back_to_the_default_form():
+def test_integer_parameters_fall_back_and_mixed_float_dtypes_stay_fused():
     assert not fused_supported([torch.zeros(3, dtype=torch.long)])
     assert fused_supported([torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16)])
