@@ -49,7 +49,8 @@ def test_a_grpo_run_calls_the_calculator_and_logs_where_the_calls_went(tool_base
     # and most calls are well-formed.
     assert m["tools/failed"] <= m["tools/calls"] / 2
     assert m["tools/failed"] == sum(v for k, v in m.items() if k in (
-        "tools/error", "tools/timeout", "tools/memory", "tools/output_limit", "tools/crashed",
+        "tools/error", "tools/exit", "tools/timeout", "tools/memory", "tools/output_limit",
+        "tools/crashed",
         "tools/unknown_tool"))
     assert 0 <= m["tools/wait_share"] < 1
     assert any(k.startswith("difficulty/") and k.endswith("/tool_calls") for k in m)

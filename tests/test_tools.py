@@ -15,7 +15,6 @@ from processes import alive, descendants, with_text_in_command_line
 from rlscale.rlvr.calculator import CalculatorError, calculate
 from rlscale.rlvr.tools import (
     Calculator,
-    PythonTool,
     ToolCall,
     ToolConfigError,
     ToolFailure,
@@ -316,30 +315,22 @@ def test_a_killed_worker_takes_its_call_along():
     assert not with_text_in_command_line(marker)
 
 
-def test_rlimits_sandbox_holds_its_limits(tmp_path):
-    """Without namespaces: deadline, memory and output caps, a fresh directory that is HOME,
-    removed after the call, and a socket module that refuses (a speed bump, not a wall)."""
-    limits = sandbox.SandboxLimits(deadline_s=PYTHON_DEADLINE_S, memory_mb=256,
-                                   max_output_bytes=1000,
-                                   isolation="rlimits")
-    tool = PythonTool(limits)
-    before = descendants(os.getpid())
-    assert tool("import os\nprint(os.getcwd() == os.environ['HOME'])") == "True"
-    workdir = tool("import os\nopen('f', 'w').write('x')\nos.getcwd()").strip("'")
-    assert os.path.basename(workdir).startswith("rlscale-sandbox-") and not os.path.exists(workdir)
-    for code, cause in [("while True: pass", "timeout"), ("bytearray(30 * 2**30)", "memory"),
-                        ("print('x' * 10**6)", "output_limit"),
-                        ("import socket\nsocket.socket()", "error")]:
-        with pytest.raises(ToolFailure) as failure:
-            tool(code)
-        assert failure.value.cause == cause
-    assert descendants(os.getpid()) <= before
-
-
-def test_isolation_is_resolved_once_with_a_one_line_error(monkeypatch, capsys):
-    monkeypatch.setattr(sandbox, "probe", lambda: "unshare: Operation not permitted")
+def test_isolation_never_falls_back_silently(monkeypatch):
+    """Without namespaces, `auto` refuses the python tool with one line naming
+    `isolation: rlimits` and what it leaves in reach; `rlimits` runs only when asked for by
+    name, and only where it can run (its own probe)."""
+    problems = {"namespaces": "unshare: Operation not permitted", "rlimits": None}
+    monkeypatch.setattr(sandbox, "probe", lambda isolation="namespaces": problems[isolation])
     with pytest.raises(ToolConfigError, match="unavailable here .*isolation: rlimits"):
         resolve_isolation("namespaces")
-    assert resolve_isolation("auto") == "rlimits"
-    assert "warning: python tool: Linux namespaces are unavailable" in capsys.readouterr().err
+    with pytest.raises(ToolConfigError) as refused:
+        resolve_isolation("auto")
+    message = str(refused.value)
+    assert "\n" not in message and "set isolation: rlimits" in message
+    assert "files" in message and "sockets" in message
+    with pytest.raises(ToolConfigError, match="unavailable"):
+        resolve_tools(ToolsConfig(tools=["python"]))
     assert resolve_isolation("rlimits") == "rlimits"
+    problems["rlimits"] = "sandbox failed to start: Permission denied: '/root/python'"
+    with pytest.raises(ToolConfigError, match="'rlimits' cannot run code here .*nobody"):
+        resolve_isolation("rlimits")

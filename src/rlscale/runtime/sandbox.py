@@ -19,16 +19,23 @@ findable and killable afterwards; only a fresh process tree under new namespaces
 What holds with `isolation="namespaces"` (Linux with user namespaces; `probe` says whether
 this machine allows them; root and unprivileged users alike):
 - wall deadline (the caller kills the call) and CPU time (RLIMIT_CPU, per process);
-- memory: RLIMIT_AS on every process; an uncaught `MemoryError` is cause "memory";
+- memory: RLIMIT_AS on every process, and where a control group can be made
+  (runtime/cgroups.py) a cap of `memory_mb + disk_mb` on all the call holds, memfd and tmpfs
+  pages included; where none can, the calls that hold pages outside RLIMIT_AS (memfd_create,
+  SysV shared memory and message queues) fail with ENOMEM;
 - output: at most `max_output_bytes` are read; past that the call is killed;
 - processes: RLIMIT_NPROC, which the kernel counts per user namespace, so the cap is this
-  call's own (boot and init count towards it); root runs the code as `nobody` outside,
-  since the kernel never applies RLIMIT_NPROC to root;
+  call's own (boot and init count towards it), and the group's `pids.max` where there is one;
+  root runs the code as `nobody` outside, since the kernel never applies RLIMIT_NPROC to root;
 - every process is gone after the call: killing init ends its pid namespace, whatever the
   code did (setsid, double fork, ignoring signals); if the caller dies, the death signal
   runs down boot -> init and the namespace ends the same way;
 - no network: a new network namespace has only a loopback interface, which is down, so
-  neither the internet nor the machine's own local services are reachable;
+  neither the internet nor the machine's own local services are reachable; the socket
+  families that reach past a network namespace (AF_VSOCK, AF_NETLINK, AF_PACKET, ...) are
+  refused by a seccomp filter (runtime/seccomp.py), which also refuses the kernel keyring,
+  ptrace, bpf, io_uring, mounts, modules and the other calls it lists;
+- no keys: boot joins a new, empty session keyring, and the filter refuses keyctl;
 - files: the code sees a new root (pivot_root, the old root detached): the system
   read-only (/usr, /bin, /lib*, the Python installation, a few /dev nodes) and its own
   writable /work (a tmpfs of `disk_mb`, also /tmp and HOME, gone with the call). /etc,
@@ -37,17 +44,25 @@ this machine allows them; root and unprivileged users alike):
 - the code runs as a uid without capabilities (no_new_privs; nested user namespaces are
   switched off), so it cannot remount, unmount or unshare its way out of the above.
 
-With `isolation="rlimits"` (no user namespaces, e.g. under Ubuntu's AppArmor restriction)
-only the deadline, CPU, memory and output caps and a fresh temporary working directory
-(also HOME and TMPDIR, removed after the call) hold. Not contained there: reading any file
-the user running rlscale may read, and writing where that user may write (RLIMIT_FSIZE caps
-each file, not their number); network (a patched `socket` module refuses, which hostile code
-can go around); processes (RLIMIT_NPROC counts all of the user's processes, and never binds
-root); a process that leaves the process group (setsid), or any process the code forked when
-the caller itself is killed, survives the call. Use it only for code you trust.
+With `isolation="rlimits"` (no user namespaces, e.g. under Ubuntu's AppArmor restriction;
+only when asked for by name) the deadline, CPU, memory and output caps, the cgroup, the seccomp
+filter (with AF_UNIX the only socket family: no network) and the new keyring hold, the code
+runs as `nobody` when the caller is root, and a fresh temporary working directory is also
+HOME and TMPDIR, removed after the call. Boot is a child subreaper: every process the code
+left behind, setsid or not, is killed when the call ends. Not contained there: reading any
+file `nobody` (or the unprivileged caller) may read, and writing where it may write
+(RLIMIT_FSIZE caps each file, not their number); AF_UNIX sockets of the machine's services;
+processes (RLIMIT_NPROC counts all of the uid's processes); and a caller that is not root runs
+the code as itself, which may then kill boot and leave setsid processes behind. Use it only
+for code you trust.
 
-Not contained in either mode: the kernel's attack surface (there is no seccomp filter), and
-CPU and memory bandwidth while the code runs (at nice +10, so the caller keeps its deadline).
+Why a call failed (`cause`) is decided here, not read from the code's exit status: the
+deadline and the output cap by the caller, memory by the group's OOM kills or by the code's
+own process reporting an uncaught MemoryError (or ENOMEM), CPU time by init from the code's
+measured CPU seconds; a non-zero exit of the code's own choosing is `exit`.
+
+Not contained in either mode: the rest of the kernel's attack surface, and CPU and memory
+bandwidth while the code runs (at nice +10, so the caller keeps its deadline).
 
 This module imports only the standard library: it runs as the boot program under `-I -S`.
 """
@@ -70,11 +85,18 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-Isolation = Literal["namespaces", "rlimits"]
-Cause = Literal["ok", "error", "timeout", "memory", "output_limit", "crashed"]
+if __package__:
+    from . import cgroups, seccomp
+else:  # the boot program (`python -I -S sandbox.py`): its two helpers beside it, stdlib only
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cgroups
+    import seccomp
 
-MEMORY_EXIT = 86       # the user process's exit status after an uncaught MemoryError
-MAX_CODE_CHARS = 100_000  # code travels in argv (Linux caps one argument at 128 KiB)
+Isolation = Literal["namespaces", "rlimits"]
+Cause = Literal["ok", "error", "exit", "timeout", "memory", "output_limit", "crashed"]
+
+MAX_CODE_CHARS = 100_000  # code travels through a pipe: the limit is this, not argv's 128 KiB
+REPORT_FD = 3          # the code's process reports an uncaught exception here ("error", "memory")
 INSIDE_ID = 1000       # the uid and gid the code has inside its user namespace (not root)
 NOBODY_ID = 65534      # what root runs the code as, outside (see _map_ids)
 # What of the machine the code sees, read-only (namespaces mode), besides the Python
@@ -88,9 +110,14 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 1024, 2048, 4096, 16384
 MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 1 << 18, 1 << 21, 1 << 24
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41,
                       "ppc64le": 203, "s390x": 217}
+KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219,
+                  "ppc64le": 271, "s390x": 280}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+# SysV IPC of the call's own IPC namespace, set to nothing (namespaces mode; best effort).
+IPC_SYSCTLS = ("shmmni", "shmall", "shmmax", "msgmni")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,44 +181,65 @@ def run_python(code: str, limits: SandboxLimits) -> SandboxRun:
         return SandboxRun(f"code longer than {MAX_CODE_CHARS} characters", "error", None, 0.0)
     if "\x00" in code:
         return SandboxRun("code contains a NUL character", "error", None, 0.0)
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return SandboxRun(f"code is not valid UTF-8: {exc.reason}", "error", None, 0.0)
     # Namespaces: the new root and /work are tmpfs mounts that only the call's mount
     # namespace has, so nothing is left on the machine even when the call is killed.
-    workdir = tempfile.mkdtemp(prefix="rlscale-sandbox-") if limits.isolation == "rlimits" \
-        else None
+    workdir = None
+    run_as = NOBODY_ID if limits.isolation == "rlimits" and os.getuid() == 0 else None
+    if limits.isolation == "rlimits":
+        workdir = tempfile.mkdtemp(prefix="rlscale-sandbox-")
+        if run_as is not None:
+            os.chown(workdir, run_as, run_as)
+    group = cgroups.CallGroup.create((limits.memory_mb + limits.disk_mb) * 2**20,
+                                     limits.max_processes)
     out_read, out_write = os.pipe()
     status_read, status_write = os.pipe()
     config = {"code": code, "isolation": limits.isolation, "memory_mb": limits.memory_mb,
               "cpu_s": math.ceil(limits.deadline_s) + 1, "max_processes": limits.max_processes,
               "disk_mb": limits.disk_mb, "workdir": workdir, "status_fd": status_write,
               "python": python_executable(), "visible": visible_paths(),
-              "parent_pid": os.getpid()}
-    process = init_pid = status = None
+              "parent_pid": os.getpid(), "run_as": run_as,
+              "cgroup_procs": group.procs_files if group else [], "memfd": group is not None}
+    process = init_pid = report = None
     try:
         process = subprocess.Popen(
-            [python_executable(), "-I", "-S", os.path.abspath(__file__), json.dumps(config)],
-            stdin=subprocess.DEVNULL, stdout=out_write, stderr=out_write, pass_fds=(status_write,),
+            [python_executable(), "-I", "-S", os.path.abspath(__file__)],
+            stdin=subprocess.PIPE, stdout=out_write, stderr=out_write, pass_fds=(status_write,),
             cwd=workdir or "/", env=_environment(workdir or "/"), close_fds=True,
             process_group=0)
         os.close(out_write)
         os.close(status_write)
         out_write = status_write = -1
-        output, status, init_pid, cause = _watch(out_read, status_read,
+        try:  # boot reads all of it before anything else
+            process.stdin.write(json.dumps(config).encode())
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        output, report, init_pid, cause = _watch(out_read, status_read,
                                                  start + limits.deadline_s,
                                                  limits.max_output_bytes)
     finally:
         for fd in (out_write, status_write):
             if fd >= 0:
                 os.close(fd)
-        _end(process, init_pid, status is not None)
+        _end(process, init_pid, report is not None)
         for fd in (out_read, status_read):
             os.close(fd)
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
+        oom_kills = group.oom_kills() if group else 0
+        if group is not None:
+            group.remove()
     seconds = time.monotonic() - start
     text = output.decode("utf-8", errors="replace")
-    exit_status = _exit_status(status)
+    # None: the code never ran (boot or init failed, or the interpreter could not start)
+    exit_status = _exit_status(report.wait_status) if report and report.claim != "start" \
+        else None
     if cause is None:
-        cause = _cause(exit_status)
+        cause = "memory" if oom_kills else _cause(report, config["cpu_s"])
     return SandboxRun(text, cause, exit_status, seconds)
 
 
@@ -201,18 +249,29 @@ def _environment(home: str) -> dict[str, str]:
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """What init saw of the code's process: its wait status, the CPU seconds it used, and
+    what it said of an uncaught exception ('error', 'memory'; 'start': the interpreter could
+    not be started; '' for none)."""
+
+    wait_status: int
+    cpu_s: float
+    claim: str
+
+
 def _watch(out_read: int, status_read: int, deadline: float, max_bytes: int
-           ) -> tuple[bytes, int | None, int | None, Cause | None]:
+           ) -> tuple[bytes, _Report | None, int | None, Cause | None]:
     """Read the output (at most `max_bytes` + 1) and init's reports until the code has
     ended and its output is drained, the deadline passes or the output overflows."""
     output, reports = bytearray(), bytearray()
     open_fds = {out_read, status_read}
-    status = init_pid = None
+    report = init_pid = None
     drain_until = math.inf  # once boot and init are gone: what is still in the pipe, briefly
     while open_fds:
         now = time.monotonic()
         if now >= deadline:
-            return bytes(output), status, init_pid, "timeout"
+            return bytes(output), report, init_pid, "timeout"
         if now >= drain_until:
             break
         ready, _, _ = select.select(list(open_fds), [], [],
@@ -226,22 +285,23 @@ def _watch(out_read: int, status_read: int, deadline: float, max_bytes: int
             elif fd == out_read:
                 output += data
                 if len(output) > max_bytes:
-                    return bytes(output[:max_bytes]), status, init_pid, "output_limit"
+                    return bytes(output[:max_bytes]), report, init_pid, "output_limit"
             else:
                 reports += data
-                init_pid, status = _parse_reports(reports, init_pid, status)
-    return bytes(output), status, init_pid, None
+                init_pid, report = _parse_reports(reports, init_pid, report)
+    return bytes(output), report, init_pid, None
 
 
-def _parse_reports(reports: bytearray, init_pid: int | None, status: int | None
-                   ) -> tuple[int | None, int | None]:
+def _parse_reports(reports: bytearray, init_pid: int | None, report: _Report | None
+                   ) -> tuple[int | None, _Report | None]:
     for line in bytes(reports).split(b"\n")[:-1]:  # complete lines only
-        kind, _, value = line.partition(b" ")
-        if kind == b"init":
+        kind, _, value = line.decode().partition(" ")
+        if kind == "init":
             init_pid = int(value)
-        elif kind == b"exit":
-            status = int(value)
-    return init_pid, status
+        elif kind == "exit":
+            status, cpu_s, claim = value.split(" ")
+            report = _Report(int(status), float(cpu_s), claim.strip("-"))
+    return init_pid, report
 
 
 def _end(process: subprocess.Popen | None, init_pid: int | None, init_reported: bool) -> None:
@@ -277,16 +337,22 @@ def _exit_status(wait_status: int | None) -> int | None:
     return os.waitstatus_to_exitcode(wait_status)
 
 
-def _cause(exit_status: int | None) -> Cause:
-    if exit_status is None:  # the boot program failed before the code ran
+def _cause(report: _Report | None, cpu_limit_s: int) -> Cause:
+    """Why the code's process ended, from init's report (the deadline, the output cap and the
+    group's OOM kills are the caller's own findings, decided before this)."""
+    if report is None or report.claim == "start":  # the code never ran, or init was killed
         return "crashed"
+    exit_status = os.waitstatus_to_exitcode(report.wait_status)
     if exit_status == 0:
         return "ok"
-    if exit_status == MEMORY_EXIT:
-        return "memory"
-    if exit_status == -signal.SIGXCPU:
-        return "timeout"
-    return "crashed" if exit_status < 0 else "error"
+    if exit_status < 0:
+        # RLIMIT_CPU sends SIGXCPU, then SIGKILL: a timeout only if the CPU time was spent
+        spent = report.cpu_s >= cpu_limit_s - 0.5
+        return "timeout" if spent and -exit_status in (signal.SIGXCPU, signal.SIGKILL) \
+            else "crashed"
+    if report.claim in ("error", "memory"):
+        return report.claim
+    return "exit"
 
 
 def describe(run: SandboxRun, limits: SandboxLimits) -> str:
@@ -312,24 +378,28 @@ def describe(run: SandboxRun, limits: SandboxLimits) -> str:
         case "error":
             last = run.output.strip().splitlines()[-1:] or [f"exit status {run.exit_status}"]
             return last[0][:300]
+        case "exit":
+            return f"exited with status {run.exit_status}"
     return "ok"
 
 
 _probed: dict[str, str | None] = {}
 
 
-def probe() -> str | None:
-    """None when namespaces mode works on this machine, else why not (one line); cached."""
-    if "namespaces" not in _probed:
-        limits = SandboxLimits(deadline_s=30.0, memory_mb=256)
-        try:
-            run = run_python("print(6 * 7)", limits)
-        except OSError as exc:
-            _probed["namespaces"] = f"{type(exc).__name__}: {exc}"
-        else:
-            _probed["namespaces"] = None if run.ok and run.output.strip() == "42" else \
-                describe(run, limits)
-    return _probed["namespaces"]
+def probe(isolation: Isolation = "namespaces") -> str | None:
+    """None when `isolation` works on this machine, else why not (one line); cached."""
+    if isolation not in _probed:
+        problem = seccomp.available()
+        if problem is None:
+            limits = SandboxLimits(deadline_s=30.0, memory_mb=256, isolation=isolation)
+            try:
+                run = run_python("print(6 * 7)", limits)
+            except OSError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                problem = None if run.ok and run.output.strip() == "42" else describe(run, limits)
+        _probed[isolation] = problem
+    return _probed[isolation]
 
 
 # ------------------------------------------------------------------------- boot (the child)
@@ -469,6 +539,11 @@ def _enter_namespaces(libc: ctypes.CDLL, config: dict) -> None:
     detached, so that nothing else of the machine can be named. Runs as boot, before any code."""
     root_outside = os.getuid() == 0
     _unshare(libc)
+    for name in IPC_SYSCTLS:  # this IPC namespace's SysV limits: no segments, no queues
+        try:
+            _write(f"/proc/sys/kernel/{name}", "0")
+        except OSError:
+            pass
     # Opened in the new mount namespace (a bind takes no mount of another one), while boot
     # is still its outside uid: as nobody it may not search the directories above them.
     sources = [_Source.open(p) for p in config["visible"]]
@@ -517,17 +592,22 @@ def _set_limits(config: dict) -> None:
     cap(resource.RLIMIT_NOFILE, 256)
 
 
-# Runs in the user process (`python -I -S -u -c USER_MAIN code isolation`): the code as
-# __main__, a final expression printed, MemoryError turned into an exit status.
+# Runs in the user process (`python -I -S -u -c USER_MAIN`): the code, read from stdin (a pipe
+# from init, then /dev/null), as __main__, a final expression printed; an uncaught exception is
+# reported on REPORT_FD as "error", or "memory" for MemoryError and ENOMEM.
 USER_MAIN = r"""
-import ast, os, sys
-code, isolation = sys.argv[1], sys.argv[2]
+import ast, errno, os, sys
+chunks = []
+while chunk := os.read(0, 1 << 16):
+    chunks.append(chunk)
+code = b"".join(chunks).decode("utf-8")
+null = os.open("/dev/null", os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
+os.set_inheritable(REPORT_FD, False)
 sys.argv = ["-c"]
-if isolation == "rlimits":
-    import _socket, socket
-    def _refuse(*args, **kwargs):
-        raise PermissionError("network access is disabled in the sandbox")
-    socket.socket = _socket.socket = socket.create_connection = _refuse
+def report(cause):
+    os.write(REPORT_FD, cause.encode())
 try:
     tree = ast.parse(code, "<code>")
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
@@ -539,7 +619,8 @@ try:
             print(repr(value))
 except MemoryError:
     os.write(2, b"MemoryError\n")
-    os._exit(MEMORY_EXIT)
+    report("memory")
+    os._exit(1)
 except SystemExit:
     raise
 except BaseException as exc:
@@ -548,8 +629,9 @@ except BaseException as exc:
     frames = None if isinstance(exc, SyntaxError) else exc.__traceback__.tb_next
     traceback.print_exception(type(exc), exc, frames)
     sys.stderr.flush()
+    report("memory" if isinstance(exc, OSError) and exc.errno == errno.ENOMEM else "error")
     os._exit(1)
-""".replace("MEMORY_EXIT", str(MEMORY_EXIT))
+""".replace("REPORT_FD", str(REPORT_FD))
 
 
 def _die_with_parent(libc: ctypes.CDLL, parent_pid: int) -> None:
@@ -560,9 +642,61 @@ def _die_with_parent(libc: ctypes.CDLL, parent_pid: int) -> None:
         os._exit(1)
 
 
+def _join_new_session_keyring(libc: ctypes.CDLL) -> None:
+    """An empty session keyring of the call's own: the caller's keys stay out of reach."""
+    number = KEYCTL_SYSCALL.get(platform.machine())
+    if number is None:
+        raise OSError(f"keyctl: unknown syscall number on {platform.machine()}")
+    if libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        errno = ctypes.get_errno()
+        if errno != 38:  # ENOSYS: a kernel without keys has no keyring to inherit
+            raise OSError(errno, f"joining a new session keyring: {os.strerror(errno)}")
+
+
+def _descendants(ancestor: int) -> list[int]:
+    """Every live process below `ancestor` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [ancestor]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _kill_descendants() -> None:
+    """rlimits: boot is a child subreaper, so whatever the code left running (setsid, double
+    forks) is below it; kill and reap until nothing is."""
+    while True:
+        left = _descendants(os.getpid())
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            if not left:
+                return
+        time.sleep(0.005)
+
+
 def _boot(config: dict) -> None:
     libc = _libc()
     _die_with_parent(libc, config["parent_pid"])
+    for procs in config["cgroup_procs"]:  # before anything is forked: all of it is counted
+        _write(procs, str(os.getpid()))
+    _join_new_session_keyring(libc)
     status_fd = config["status_fd"]
     os.set_inheritable(status_fd, False)  # the code's process never gets it (exec closes it)
     os.nice(10)  # a busy call must not starve the caller, which enforces its deadline
@@ -572,6 +706,7 @@ def _boot(config: dict) -> None:
         workdir = "/work"
     else:
         workdir = config["workdir"]
+        _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     _set_limits(config)
     boot_pid = os.getpid()
     init = os.fork()
@@ -579,7 +714,36 @@ def _boot(config: dict) -> None:
         _init(libc, config, status_fd, workdir, boot_pid)
     os.write(status_fd, f"init {init}\n".encode())
     _, status = os.waitpid(init, 0)
+    if config["isolation"] == "rlimits":
+        _kill_descendants()
     os._exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else 1)
+
+
+def _start_code(libc: ctypes.CDLL, config: dict, workdir: str, init_pid: int,
+                code_read: int, report_write: int, exec_write: int) -> None:
+    """The code's process (a child of init): the code on stdin, the report pipe on
+    REPORT_FD, the uid it runs as, the seccomp filter, then the interpreter. A failure
+    before the interpreter runs is written to `exec_write`, which exec closes (so the code
+    cannot write there and pass its own failure off as the sandbox's)."""
+    try:
+        os.dup2(code_read, 0)
+        os.dup2(report_write, REPORT_FD)
+        if config["run_as"] is not None:  # rlimits under root: never run the code as root
+            os.setgroups([])
+            os.setresgid(config["run_as"], config["run_as"], config["run_as"])
+            os.setresuid(config["run_as"], config["run_as"], config["run_as"])
+        # exec keeps the death signal: the code's process dies with init
+        _die_with_parent(libc, init_pid)
+        families = (seccomp.AF_UNIX, seccomp.AF_INET, seccomp.AF_INET6) \
+            if config["isolation"] == "namespaces" else (seccomp.AF_UNIX,)
+        seccomp.install(seccomp.FilterPolicy(socket_families=families, memfd=config["memfd"]))
+        os.execve(config["python"], [config["python"], "-I", "-S", "-u", "-c", USER_MAIN],
+                  _environment(workdir))
+    except BaseException as exc:
+        os.write(2, f"sandbox: starting the code failed: {exc}\n".encode())
+        os.write(exec_write, b"start")
+    finally:
+        os._exit(127)
 
 
 def _init(libc: ctypes.CDLL, config: dict, status_fd: int, workdir: str, boot_pid: int) -> None:
@@ -591,20 +755,34 @@ def _init(libc: ctypes.CDLL, config: dict, status_fd: int, workdir: str, boot_pi
         libc.prctl(PR_SET_DUMPABLE, 0)  # the code may not ptrace or read init's memory
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         init_pid = os.getpid()
+        code_read, code_write = os.pipe()
+        report_read, report_write = os.pipe()
+        exec_read, exec_write = os.pipe()  # close-on-exec: written only if exec never happens
         user = os.fork()
         if user == 0:
-            try:  # exec keeps the death signal: the code's process dies with init
-                _die_with_parent(libc, init_pid)
-                os.execve(config["python"], [config["python"], "-I", "-S", "-u", "-c", USER_MAIN,
-                                             config["code"], config["isolation"]],
-                          _environment(workdir))
-            finally:
-                os._exit(127)
+            _start_code(libc, config, workdir, init_pid, code_read, report_write, exec_write)
+        os.close(code_read)
+        os.close(report_write)
+        os.close(exec_write)
+        try:
+            with os.fdopen(code_write, "wb") as pipe:
+                pipe.write(config["code"].encode("utf-8"))
+        except BrokenPipeError:  # the code's process is already gone; its status says why
+            pass
         while True:
-            pid, status = os.wait()
+            pid, status, usage = os.wait4(-1, 0)
             if pid == user:
                 break
-        os.write(status_fd, f"exit {status}\n".encode())
+        os.set_blocking(report_read, False)
+        try:  # written before the code's process exits; a child of it may hold the pipe open
+            claim = os.read(report_read, 16).decode(errors="replace")
+        except BlockingIOError:
+            claim = ""
+        claim = claim if claim in ("error", "memory") else "-"
+        if os.read(exec_read, 16) == b"start":  # EOF at once when exec happened
+            claim = "start"
+        cpu_s = usage.ru_utime + usage.ru_stime
+        os.write(status_fd, f"exit {status} {cpu_s:.3f} {claim}\n".encode())
     except BaseException as exc:  # no report: the caller counts the call as crashed
         os.write(2, f"sandbox: init failed: {exc}\n".encode())
     finally:
@@ -612,4 +790,8 @@ def _init(libc: ctypes.CDLL, config: dict, status_fd: int, workdir: str, boot_pi
 
 
 if __name__ == "__main__":
-    _boot(json.loads(sys.argv[1]))
+    _config = json.loads(sys.stdin.buffer.read())
+    _null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(_null, 0)
+    os.close(_null)
+    _boot(_config)
