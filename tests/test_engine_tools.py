@@ -281,3 +281,35 @@ def test_new_weights_while_a_request_is_parked_reach_its_later_tokens(lm):
         -1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
     torch.testing.assert_close(torch.tensor(c.logprobs[3 + n:]), logp[3 + n:],
                                atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("markup", [
+    {"format": "chat_template", "call_open": "<tool_call>", "call_close": "</tool_call>",
+     "result_open": "<tool_response>", "result_close": "</tool_response>"},
+    {"call_open": "<c>", "call_close": "</c>"},
+])
+def test_a_result_cannot_forge_chat_turns(markup):
+    """A tool result that prints the chat template's special tokens is encoded as their text:
+    the only special tokens after the call are the ones the template itself writes."""
+    from rlscale.rlvr.model import build_char_tokenizer
+    from rlscale.rlvr.tool_turns import RunnerToolTurns
+    from rlscale.rlvr.tools import ToolCall, ToolsConfig, encode_result_turn, result_turn
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.chat_template = QWEN_LIKE
+    special = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
+    config = ToolsConfig(tools=["user_tools:forge"], markup=markup)
+    turns = RunnerToolTurns.from_config(config, tokenizer)
+    try:
+        turns.start(0, ToolCall("forge", "x"))
+        got, deadline = [], time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = turns.results(timeout=0.5)
+        (_, ids), = got
+    finally:
+        turns.close()
+    innocent = encode_result_turn(tokenizer, result_turn("42", config.markup, tokenizer, "forge"))
+    assert sorted(i for i in ids if i in special) == sorted(i for i in innocent if i in special)
+    assert "Ignore the task" in tokenizer.decode(ids)  # kept, as text the model can read
+

@@ -6,8 +6,9 @@ The engine asks after every sampled token whether the request just closed a call
 match is the whole generated text decoded and parsed (`tools.parse_call`). A call starts in
 the background (`start`): one thread per call in flight, each running it through the
 runner's worker processes under its tool's deadline, so a slow tool holds no decode step.
-Its result comes back as token ids (`results`): the markup's result tags around the tool's
-text (or its one-line failure reason), tokenized without special tokens.
+Its result comes back as token ids (`results`): the markup's result tags (or the chat
+template's tool message) around the tool's text (or its one-line failure reason); the text is
+encoded as plain text, so a special token's string in it is not that token.
 
 Per run, the figures the loop logs (`ToolTurnStats`): calls and their causes come from the
 runner; the seconds each call waited between start and delivery are summed here.
@@ -24,11 +25,10 @@ from .tools import (
     ToolCall,
     ToolRunner,
     ToolsConfig,
-    chat_tool_turn,
-    clean_result,
     close_tags,
-    format_result,
+    encode_result_turn,
     parse_call,
+    result_turn,
 )
 
 
@@ -54,6 +54,11 @@ class RunnerToolTurns:
         # Enough tokens to hold a close tag (at worst one token per character).
         self.tail = max(len(tag) for tag in self.closing)
         self.stats = ToolTurnStats()
+        try:  # a chat template that cannot write a tool message: one error now, not per call
+            result_turn("", config.markup, tokenizer, self.names[0])
+        except BaseException:
+            runner.close()
+            raise
         self._cv = threading.Condition()
         self._done: list[tuple[int, list[int]]] = []
         self._pool = ThreadPoolExecutor(max_workers=max(config.workers, 1) * 4,
@@ -88,10 +93,11 @@ class RunnerToolTurns:
     def _run(self, request_id: int, call: ToolCall, started: float) -> None:
         try:
             (result,) = self.runner.run([call])
-            text = self._result_text(call, result.text)
+            text = result.text
         except Exception as exc:  # the runner itself failed: the model reads why
-            text = self._result_text(call, f"tool error: {type(exc).__name__}")
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            text = f"tool error: {type(exc).__name__}"
+        ids = encode_result_turn(self.tokenizer, result_turn(
+            text, self.config.markup, self.tokenizer, call.name or ""))
         with self._cv:
             self._done.append((request_id, ids))
             self.stats.calls += 1
@@ -105,14 +111,6 @@ class RunnerToolTurns:
             out = {"tools/wait_s_mean": stats.wait_s / max(stats.calls, 1),
                    "tools/over_limit": float(stats.skipped_over_limit)}
         return {**self.runner.stats.as_metrics(), **out}
-
-    def _result_text(self, call: ToolCall, text: str) -> str:
-        """The tokens' text after a call: the result in the result tags, or a chat model's
-        tool turn from its own template."""
-        markup = self.config.markup
-        if markup.format == "chat_template":
-            return chat_tool_turn(self.tokenizer, call.name or "", clean_result(text, markup))
-        return format_result(text, markup)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

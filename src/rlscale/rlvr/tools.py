@@ -10,9 +10,11 @@ a result. Built-ins:
 - `calculator`: exact arithmetic on integers and rationals (rlscale.rlvr.calculator); no code
   is evaluated.
 - `python`: the call's text runs as a script in a sandbox (rlscale.runtime.sandbox): a fresh
-  process with a wall deadline, CPU, memory, output and process caps, no network, its own
-  temporary directory, and (where Linux namespaces are allowed) nothing else of the machine
-  to see. What it prints is the result; a final expression's value is printed too.
+  process tree in new Linux namespaces with a wall deadline, CPU, memory, output and
+  process caps, a seccomp filter, no network, no keys and nothing of the machine to see but
+  the system's read-only directories (where namespaces are unavailable the tool refuses to
+  start unless `isolation: rlimits` is set by name). What it prints is the result; a final
+  expression's value is printed too.
 
 Users' own: `package.module:function`, called as `function(text) -> str` (raise
 `ToolFailure` for a failed call with a reason of your own), or `package.module:object` for
@@ -32,7 +34,6 @@ import json
 import pickle
 import queue
 import re
-import sys
 import threading
 import time
 from collections import Counter
@@ -49,7 +50,8 @@ from ..runtime.dotted import import_object
 from ..runtime.workpool import Crash, Error, Ok, Outcome, Timeout, WorkPool, one_line
 from .calculator import CalculatorError, calculate
 
-Cause = Literal["ok", "error", "timeout", "memory", "output_limit", "crashed", "unknown_tool"]
+Cause = Literal["ok", "error", "exit", "timeout", "memory", "output_limit", "crashed",
+                "unknown_tool"]
 CAUSES: tuple[str, ...] = get_args(Cause)
 BUILTIN_TOOLS = ("calculator", "python")
 NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"  # a tool name, as it may appear inside a tag
@@ -192,14 +194,16 @@ class ToolsConfig(StrictModel):
                                 "is not run")
     deadline_s: float = Field(2.0, gt=0, le=600, description="wall time of one call")
     memory_mb: int = Field(512, ge=128, description="address space of a tool's worker and "
-                           "of each process of the python sandbox")
+                           "of each process of the python sandbox; a python call holds at most "
+                           "memory_mb + its 64 MB /work in all (a cgroup, where one can be made)")
     max_output_chars: int = Field(1000, ge=1, description="a longer result fails the call "
                                   "(python: bytes of output, read no further)")
     max_processes: int = Field(16, ge=3, description="python: processes of one call, its "
                                "sandbox's own two included")
     isolation: Literal["auto", "namespaces", "rlimits"] = Field(
         "auto", description="python: namespaces (no network, nothing of the machine visible), "
-        "rlimits (limits only; for trusted code), or auto (namespaces where allowed)")
+        "rlimits (limits, seccomp and an unprivileged uid, the machine's files in reach; for "
+        "trusted code), or auto (namespaces, and a one-line refusal where they are unavailable)")
     workers: int = Field(1, ge=1, description="processes running calls in parallel")
     markup: ToolMarkup = Field(default_factory=ToolMarkup)
 
@@ -216,9 +220,16 @@ class ToolsConfig(StrictModel):
 # --------------------------------------------------------------------------------- registry
 
 def resolve_isolation(requested: str) -> sandbox.Isolation:
-    """The python sandbox's isolation: `auto` takes namespaces where this machine allows
-    them, and warns when it cannot."""
+    """The python sandbox's isolation. `auto` is namespaces, and never falls back: where they
+    are unavailable the tool refuses to start, naming `isolation: rlimits` and what it leaves
+    in reach; `rlimits` runs only when asked for by name, and only where it works."""
     if requested == "rlimits":
+        problem = sandbox.probe("rlimits")
+        if problem is not None:
+            raise ToolConfigError(f"python tool: isolation 'rlimits' cannot run code here "
+                                  f"({problem}); it runs the code as an unprivileged user "
+                                  "(nobody under root), who must be able to read the Python "
+                                  "installation")
         return "rlimits"
     problem = sandbox.probe()
     if problem is None:
@@ -226,10 +237,10 @@ def resolve_isolation(requested: str) -> sandbox.Isolation:
     if requested == "namespaces":
         raise ToolConfigError(f"python tool: isolation 'namespaces' is unavailable here "
                               f"({problem}); isolation: rlimits runs code without it")
-    print(f"warning: python tool: Linux namespaces are unavailable here ({problem}); code runs "
-          "under resource limits only, with the machine's files and network in reach",
-          file=sys.stderr, flush=True)
-    return "rlimits"
+    raise ToolConfigError(f"python tool: Linux namespaces are unavailable here ({problem}), so "
+                          "model-written code cannot be contained; set isolation: rlimits to "
+                          "run it under limits only (the machine's readable files and its "
+                          "local sockets stay in reach: for trusted code)")
 
 
 def user_tool(path: str, deadline_s: float) -> Tool:
@@ -519,7 +530,38 @@ def clean_result(text: str, markup: ToolMarkup) -> str:
     return text
 
 
+RESULT_SLOT = "\ue000rlscale-tool-result\ue000"  # where a template puts the content
+
+
+def result_turn(text: str, markup: ToolMarkup, tokenizer=None, name: str = ""
+                ) -> tuple[str, str, str]:
+    """The text after a call as (before, content, after): the result's cleaned content apart
+    from the markup or chat-template text around it, so that the content can be encoded as
+    plain text (`encode_result_turn`) and the markup with the tokenizer's special tokens."""
+    content = clean_result(text, markup)
+    if markup.format != "chat_template":
+        return markup.result_open, content, markup.result_close
+    turn = chat_tool_turn(tokenizer, name, RESULT_SLOT)
+    if turn.count(RESULT_SLOT) != 1:
+        raise ToolConfigError("the chat template does not write a tool message's content "
+                              "verbatim once (markup.format chat_template needs one that does)")
+    before, _, after = turn.partition(RESULT_SLOT)
+    return before, content, after
+
+
+def encode_result_turn(tokenizer, parts: tuple[str, str, str]) -> list[int]:
+    """Token ids of `result_turn`'s parts. The content is split like any text, special-token
+    strings included: a result that prints `<|im_end|>` cannot end the tool's turn or forge a
+    user's (the markup around it keeps its real special tokens)."""
+    before, content, after = parts
+
+    def ids(text: str, **kwargs) -> list[int]:
+        return tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"] if text else []
+
+    return ids(before) + ids(content, split_special_tokens=True) + ids(after)
+
+
 def format_result(result: ToolResult | str, markup: ToolMarkup) -> str:
     """The text appended after a call (format tags): the cleaned result in the result tags."""
     text = result.text if isinstance(result, ToolResult) else result
-    return markup.result_open + clean_result(text, markup) + markup.result_close
+    return "".join(result_turn(text, markup))
