@@ -102,7 +102,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_continues(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_disk)
-    line = one_line_error(invoke("rlvr", "train", cfg), "step_000004", "no space left",
+    line = one_line_error(invoke("rlvr", "train", cfg), "step_000004", "No space left",
                           "MiB free", "--resume")
     assert "earlier checkpoints are kept" in line
     assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000002"]
@@ -112,6 +112,35 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_continues(
     result = invoke("rlvr", "train", cfg, "--resume")
     assert result.exit_code == 0, result.output
     assert steps_of(run) == [1, 2, 3, 4]
+
+
+def test_a_full_disk_while_saving_a_lora_checkpoint_is_one_line(tmp_path, tiny_model_dir,
+                                                                monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError (neither OSError nor
+    RuntimeError), from save_pretrained inside the checkpoint's atomic write: still one line,
+    and the earlier checkpoint stays intact."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    run = tmp_path / "run"
+    cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 4},
+                      checkpoint={"every": 2, "keep": 3},
+                      model={"path": str(tiny_model_dir), "lora": {"r": 4}})
+    real = safetensors.torch.serialize_file
+
+    def full_disk(tensors, filename, *args, **kwargs):
+        if "step_000004" in str(filename):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                                  "(os error 28)")
+        return real(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", full_disk)
+    line = one_line_error(invoke("rlvr", "train", cfg), "step_000004", "No space left",
+                          "--resume")
+    assert "earlier checkpoints are kept" in line
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000002"]
+    assert ckpt.checkpoint_problem(run / "checkpoints" / "step_000002") is None
+    assert (run / "checkpoints" / "step_000002" / "adapter_model.safetensors").is_file()
 
 
 def test_a_metrics_write_error_is_one_line(tmp_path, tiny_model_dir, monkeypatch):

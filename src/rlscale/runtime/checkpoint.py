@@ -52,10 +52,17 @@ class WriteError(ValueError):
 
 # Errors of a write that the user can fix (space, permissions), whatever layer raised them:
 # torch.save reports a full disk as RuntimeError("[enforce fail at inline_container.cc...]
-# ... file write failed"), safetensors and the json writer as OSError.
+# ... file write failed"), safetensors as SafetensorError("Error while serializing: I/O
+# error: No space left on device (os error 28)") (neither an OSError nor a RuntimeError),
+# the json and TensorBoard writers as OSError. Text -> the reason shown.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG}
-_WRITE_FAILURE_TEXT = ("file write failed", "no space left", "inline_container", "disk quota",
-                       "read-only file system", "permission denied")
+_WRITE_FAILURE_TEXT = {"no space left": "No space left on device",
+                       "file write failed": "No space left on device",
+                       "inline_container": "No space left on device",
+                       "disk quota": "Disk quota exceeded",
+                       "read-only file system": "Read-only file system",
+                       "permission denied": "Permission denied",
+                       "file too large": "File too large"}
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -66,10 +73,11 @@ def write_failure(exc: BaseException) -> str | None:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
             return exc.strerror or os.strerror(exc.errno)
-        text = str(exc).lower()
-        if isinstance(exc, RuntimeError | OSError) and any(t in text for t in _WRITE_FAILURE_TEXT):
-            return "no space left on device" if "inline_container" in text or "write failed" in \
-                text else text.splitlines()[0][:80]
+        if isinstance(exc, Exception):
+            text = str(exc).lower()
+            for needle, reason in _WRITE_FAILURE_TEXT.items():
+                if needle in text:
+                    return reason
         exc = exc.__cause__ or exc.__context__
     return None
 
