@@ -317,3 +317,24 @@ def test_arena_audit_cli(cli, c4_model):
     result = cli(["arena", "--game", "tictactoe", "--model", str(c4_model), "--audit"])
     assert result.exit_code == 2 and "--audit" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_engines_take_one_thread_unless_told(cli, c4_model):
+    """`move` and `gtp` run beside other programs: one torch thread by default (issue 48:
+    with every core, a game beside other jobs took 20x longer)."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert cli(["move", "--model", str(c4_model), "--moves", "44",
+                    "--simulations", "2"]).exit_code == 0
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert cli(["move", "--model", str(c4_model), "--moves", "44", "--simulations", "2",
+                    "--threads", "0"]).exit_code == 0
+        assert torch.get_num_threads() == 2
+        result = cli(["gtp", "--threads", "1"], input="name\nquit\n")
+        assert result.exit_code == 0 and "= rlscale" in result.stdout
+    finally:
+        torch.set_num_threads(before)
