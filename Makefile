@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm test-vllm demo demo-reasoning test lint bench docs-config clean
+.PHONY: install install-vllm test-vllm smoke demo demo-reasoning test lint bench docs-config clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -38,6 +38,10 @@ install-vllm: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
+
+# A first look in about a minute: the quickstart's four stages at a smoke-test budget.
+smoke: $(STAMP)
+	$(BIN)/rlscale quickstart --tiny
 
 demo: $(STAMP)
 	$(BIN)/rlscale quickstart

@@ -78,3 +78,8 @@ def length_reward(completion: str, example: Example) -> float:
 def digit_share(completion: str, example: Example) -> float:
     """A dense reward that even a random model's samples vary in: the share of digits."""
     return sum(c.isdigit() for c in completion) / max(len(completion), 1)
+
+
+def always_fails(completion: str, example: Example) -> float:
+    """A user reward function that raises on every sample (every one scores 0)."""
+    raise RuntimeError("this verifier is broken")

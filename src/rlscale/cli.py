@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -10,18 +11,67 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from .experiments.commands import app as experiments_app
 from .runtime.errors import interrupted, run_guarded
 
+
+class CommandList(TyperGroup):
+    """A command group whose list shows each command's first paragraph whole (wrapped), as
+    typer's rich help did: click cuts it to one 80-column line, or at the first full stop
+    (even the one of "e.g.")."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                text = inspect.cleandoc(command.short_help or command.help or "")
+                rows.append((name, " ".join(text.split("\n\n")[0].split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+# Help in click's plain layout (every sub-app inherits the markup mode): typer's rich panels
+# print `<bool>` beside every flag and cut long option names at 80 columns; the plain one
+# keeps each name whole and grows to 120 columns in a wider terminal.
 app = typer.Typer(help="rlscale: RLVR for language models and AlphaZero-style self-play.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                  rich_markup_mode=None, context_settings={"max_content_width": 120},
+                  cls=CommandList)
 rlvr_app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).",
                        no_args_is_help=True)
-app.add_typer(rlvr_app, name="rlvr")
-app.add_typer(experiments_app, name="experiments")
+app.add_typer(rlvr_app, name="rlvr", cls=CommandList)
+app.add_typer(experiments_app, name="experiments", cls=CommandList)
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def installed_version() -> str:
+    """The installed distribution's version (its metadata), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlscale")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"rlscale {installed_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="print the version and exit")] = False) -> None:
+    pass
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
@@ -53,13 +103,16 @@ def quickstart(
             help="arithmetic (answers of 3-4 characters) or reasoning (step-by-step traces)")
         ] = "arithmetic",
         out: Annotated[Path | None, typer.Option(
-            help="where everything is written (default runs/quickstart, runs/reasoning)")] = None
+            help="where everything is written (default runs/quickstart, runs/reasoning)")] = None,
+        tiny: Annotated[bool, typer.Option(
+            "--tiny", help="the same pipeline at a smoke-test budget: about a minute, into "
+            "runs/quickstart_tiny (shows the outputs, not the measured lift)")] = False,
 ) -> None:
     """Build a tiny model, SFT it, measure, improve it with GRPO, measure again."""
     from .rlvr.quickstart import run_quickstart
 
     _threads()
-    run_guarded(run_quickstart, out, recipe)
+    run_guarded(run_quickstart, out, recipe, tiny)
 
 
 @app.command("sft")
@@ -68,13 +121,12 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
         overwrite: Annotated[bool, typer.Option(
             help="replace an earlier run and model that rlscale wrote there")] = False) -> None:
     """Supervised fine-tuning on task demonstrations (the base model for RL)."""
-    from .config import load_config
-    from .rlvr.config import SFTConfig
+    from .rlvr.config import SFTConfig, load_command_config
     from .rlvr.distill import sft
     from .runtime.trackers import check_trackers
 
     def go():
-        cfg = load_config(SFTConfig, config, overrides or [])
+        cfg = load_command_config(SFTConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
         path = sft(cfg, overwrite=overwrite)
         typer.echo(f"model written to {path}")
@@ -110,13 +162,12 @@ def train_command(
     )] = False,
 ) -> None:
     """Train with a GRPO-family objective; every config key: docs/config.md."""
-    from .config import load_config
-    from .rlvr.config import RLVRConfig
+    from .rlvr.config import RLVRConfig, load_command_config
     from .rlvr.loop import RLVRRun
     from .runtime.trackers import check_trackers
 
     def go():
-        cfg = load_config(RLVRConfig, config, overrides or [])
+        cfg = load_command_config(RLVRConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
         try:
             path = RLVRRun(cfg, resume=resume, overwrite=overwrite,
@@ -131,7 +182,9 @@ def train_command(
 
 @rlvr_app.command("eval")
 def eval_command(
-    model: Annotated[Path, typer.Option(help="local HF model folder")],
+    model: Annotated[Path, typer.Option(
+        help="a local HF model folder, or a `rlvr train` run directory: its final/ model, else "
+             "its newest checkpoint (and its config.yaml when neither --task nor --config)")],
     task: Annotated[str | None, typer.Option(help="task name, e.g. arithmetic")] = None,
     config: Annotated[Path | None, typer.Option(
         help="a train config: its task (name, options), prompt format, max_new_tokens and "
@@ -144,8 +197,11 @@ def eval_command(
     prompts: Annotated[int, typer.Option(help="held-out prompts to evaluate")] = 500,
     samples: Annotated[int, typer.Option(help="samples per prompt (n)")] = 0,
     k: Annotated[str, typer.Option(help="comma-separated k for pass@k")] = "1",
-    max_new_tokens: Annotated[int | None, typer.Option(help="default 8, or the config's")] = None,
-    temperature: float = 1.0,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="default: the config's rollout.max_new_tokens, else the task's own budget "
+             "(arithmetic 8, countdown 16, long_arithmetic 256; other tasks 8)")] = None,
+    temperature: Annotated[float, typer.Option(
+        help="0: greedy (argmax) decoding, one sample per prompt")] = 1.0,
     top_p: float = 1.0,
     chat_template: bool = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -154,7 +210,7 @@ def eval_command(
     """Unbiased pass@k on held-out prompts."""
     from random import Random
 
-    from .rlvr.evaluate import check_eval_arguments, evaluate
+    from .rlvr.evaluate import check_eval_arguments, evaluate, find_eval_model, task_max_new_tokens
     from .rlvr.model import load_model
     from .rlvr.tasks import make_task
     from .rlvr.tasks.base import EVAL_SPLITS
@@ -164,27 +220,32 @@ def eval_command(
         n = samples or max(ks)
         if split not in EVAL_SPLITS:
             raise ValueError(f"--split must be one of {', '.join(EVAL_SPLITS)}, got '{split[:40]}'")
-        if (task is None) == (config is None):
+        found = find_eval_model(model)
+        # a run directory alone is evaluated as it trained: its recorded config
+        train_config = config if task is not None or config is not None else found.run_config
+        if (task is None) == (train_config is None):
             raise ValueError("give --task NAME or --config CONFIG (a train config), not both")
-        use_chat, system_prompt, new_tokens = chat_template, None, max_new_tokens or 8
+        use_chat, system_prompt, new_tokens = chat_template, None, max_new_tokens
         tools_cfg = None
-        if config is not None:
-            from .config import load_config
-            from .rlvr.config import RLVRConfig
+        if train_config is not None:
+            from .rlvr.config import RLVRConfig, load_command_config
 
-            cfg = load_config(RLVRConfig, config, [f"model.path={model}"])
+            cfg = load_command_config(RLVRConfig, train_config, [f"model.path={found.folder}"])
             use_chat = chat_template or cfg.model.chat_template
             system_prompt = cfg.model.system_prompt
             new_tokens = max_new_tokens or cfg.rollout.max_new_tokens
             task_obj = make_task(cfg.task.name, **cfg.task.options)
             tools_cfg = cfg.rollout.tools if cfg.rollout.tools.tools else None
+        else:
+            task_obj = make_task(task)
+            new_tokens = max_new_tokens or task_max_new_tokens(task_obj)
         check_eval_arguments(prompts=prompts, samples=n, ks=ks, max_new_tokens=new_tokens,
                              temperature=temperature, top_p=top_p)
-        if config is None:
-            task_obj = make_task(task)
         task_obj.sample(split, Random(seed))  # a split the task lacks fails before the model loads
         plot_path = _png_path(plot, "pass_at_k.png") if plot is not None else None
-        lm, tokenizer = load_model(model)
+        if found.folder != model:
+            typer.echo(f"model: {found.folder}", err=True)
+        lm, tokenizer = load_model(found.folder)
         with contextlib.ExitStack() as stack:  # the config's tools, if it lists any
             tools = None
             if tools_cfg is not None:
@@ -195,7 +256,7 @@ def eval_command(
             result = evaluate(lm, tokenizer, task_obj, split=split, seed=seed, prompts=prompts,
                               samples=n, ks=ks, max_new_tokens=new_tokens,
                               temperature=temperature, top_p=top_p, chat_template=use_chat,
-                              system_prompt=system_prompt, tools=tools)
+                              system_prompt=system_prompt, tools=tools, progress=True)
         if plot is not None:
             from .rlvr.plots import plot_pass_at_k
 
@@ -215,35 +276,39 @@ def eval_command(
 
 @rlvr_app.command("passk")
 def passk_command(
-    model: Annotated[list[Path], typer.Option(help="model folder; repeat for several")],
+    model: Annotated[list[Path], typer.Option(
+        help="model folder or `rlvr train` run directory; repeat for several")],
     task: Annotated[str, typer.Option(help="task name")],
     out: Annotated[Path, typer.Option(help="the plot (PNG); a JSON of the numbers beside it")],
     k: str = "1,2,4,8,16,32,64",
     prompts: int = 200,
     seed: int = 0,
-    max_new_tokens: int = 8,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="default: the task's own budget (as rlvr eval --task)")] = None,
     temperature: float = 1.0,
 ) -> None:
     """pass@k against k for several models on one chart (e.g. base against trained)."""
-    from .rlvr.evaluate import check_eval_arguments, evaluate
+    from .rlvr.evaluate import check_eval_arguments, evaluate, find_eval_model, task_max_new_tokens
     from .rlvr.model import check_model_dir, load_model
     from .rlvr.plots import plot_pass_at_k
     from .rlvr.tasks import make_task
 
     def go():
         ks = _parse_ks(k)
-        check_eval_arguments(prompts=prompts, samples=max(ks), ks=ks,
-                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)
         task_obj = make_task(task)
-        for path in model:  # every model checked before the first is evaluated
-            check_model_dir(path)
+        new_tokens = max_new_tokens or task_max_new_tokens(task_obj)
+        check_eval_arguments(prompts=prompts, samples=max(ks), ks=ks,
+                             max_new_tokens=new_tokens, temperature=temperature, top_p=1.0)
+        folders = [find_eval_model(path).folder for path in model]
+        for folder in folders:  # every model checked before the first is evaluated
+            check_model_dir(folder)
         plot_path = _png_path(out, "pass_at_k.png")
         curves = {}
-        for path in model:
-            lm, tokenizer = load_model(path)
+        for path, folder in zip(model, folders, strict=True):
+            lm, tokenizer = load_model(folder)
             result = evaluate(lm, tokenizer, task_obj, seed=seed, prompts=prompts,
-                              samples=max(ks), ks=ks, max_new_tokens=max_new_tokens,
-                              temperature=temperature)
+                              samples=max(ks), ks=ks, max_new_tokens=new_tokens,
+                              temperature=temperature, progress=True)
             curves[str(path)] = result.pass_at
             typer.echo(f"{path}: " + "  ".join(f"pass@{kk} {v:.3f}" for kk, v in result.pass_at.items()))
         plot_pass_at_k(curves, plot_path, title=f"{task}: pass@k, {prompts} held-out prompts")
@@ -261,7 +326,7 @@ def _png_path(path: Path, name: str) -> Path:
 
 fleet_app = typer.Typer(help="Model RL fleets: discrete-event simulation of sync/async modes.",
                         no_args_is_help=True)
-app.add_typer(fleet_app, name="fleet")
+app.add_typer(fleet_app, name="fleet", cls=CommandList)
 
 
 @fleet_app.command("simulate")
@@ -286,7 +351,7 @@ def _mount_zero() -> None:
         if "rlscale.zero.commands" not in str(exc):
             raise
         return
-    app.add_typer(zero_app, name="zero")
+    app.add_typer(zero_app, name="zero", cls=CommandList)
 
 
 _mount_zero()

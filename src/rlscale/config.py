@@ -52,9 +52,34 @@ class LoggingConfig(StrictModel):
         None, description="the run's name in the trackers; None: the run directory's name")
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names a key twice; YAML keeps the last silently (a second `train:` section
+    replaced the first, and a run trained at its lr)."""
+
+    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark) -> None:
+        super().__init__(None, None, f"key '{key}' appears twice (lines {first.line + 1} and "
+                         f"{second.line + 1}); keep one", second)
+        self.key = key
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string; read floats as YAML 1.2
-    and everyone else does."""
+    and everyone else does. A key given twice in one mapping is an error, not the last one
+    winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges, by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class names it
+                break
+            if first is not key_node.start_mark:
+                raise DuplicateKeyError(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -127,6 +152,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         data = _load_yaml(path.read_text()) or {}
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file (invalid UTF-8)") from None
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}: {exc.problem}") from None
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""

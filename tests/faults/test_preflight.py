@@ -160,7 +160,11 @@ def test_a_metrics_write_error_is_one_line(tmp_path, tiny_model_dir, monkeypatch
     assert steps_of(run) == [1]
 
 
-def test_ctrl_c_says_where_the_run_stopped_and_how_to_resume(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_says_where_the_run_stopped_and_how_to_resume(
+        tmp_path, tiny_model_dir, sig, status):
+    """Ctrl-C, and SIGTERM (what schedulers and `timeout` send) the same way: the message,
+    the lock removed, exit status 130 / 143."""
     run = tmp_path / "run"
     cfg = rlvr_config(tmp_path, tiny_model_dir, run, train={"steps": 100000},
                       checkpoint={"every": 1, "keep": 2})
@@ -175,16 +179,17 @@ def test_ctrl_c_says_where_the_run_stopped_and_how_to_resume(tmp_path, tiny_mode
         while not ckpt.list_checkpoints(run) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert ckpt.list_checkpoints(run), "no checkpoint within 300 s"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=180)  # a loaded machine is slow to unwind
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     assert "Traceback" not in stderr
     line = next(line for line in stderr.splitlines() if line.startswith("interrupted:"))
     assert "last checkpoint is step" in line and f"rlscale rlvr train {cfg} --resume" in line
+    assert not (run / ".lock").exists()
 
 
 def test_vllm_compiles_only_where_the_run_is_long_enough(tmp_path, tiny_model_dir):

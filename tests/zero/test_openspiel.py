@@ -40,5 +40,7 @@ def test_moves_and_errors():
     assert game.symmetries(game.planes(state), np.ones(9))[0][0].shape == game.plane_shape
     with pytest.raises(ValueError, match="does not fit"):
         make_game("openspiel:kuhn_poker")
-    with pytest.raises(ValueError, match="cannot load"):
+    with pytest.raises(ValueError, match="unknown OpenSpiel game 'no_such_game'"):
         make_game("openspiel:no_such_game")
+    with pytest.raises(ValueError, match="cannot load"):  # a known game, a parameter it lacks
+        make_game("openspiel:tic_tac_toe", no_such_parameter=3)

@@ -17,10 +17,10 @@ app = typer.Typer(help="The field's claims as runnable experiments on the reason
 @app.command("list")
 def list_command() -> None:
     """Each experiment with its claim."""
-    from .registry import EXPERIMENTS
+    from .registry import claims
 
-    for name, experiment in EXPERIMENTS.items():
-        typer.echo(f"{name}\n    {experiment.claim}")
+    for name, claim in claims().items():
+        typer.echo(f"{name}\n    {claim}")
 
 
 @app.command("run")

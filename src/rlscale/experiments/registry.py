@@ -1,34 +1,51 @@
-"""The registry of experiments, in the order `list` and the report show them."""
+"""The registry of experiments, in the order `list` and the report show them.
+
+`NAMES` and `claims()` are light: `rlscale experiments list` reads each module's `CLAIM`
+from its source, without importing it (an experiment imports torch and matplotlib: seconds
+of a command that prints text). `EXPERIMENTS` imports them all, on first use."""
 
 from __future__ import annotations
 
-from . import (
-    baseline_variance,
-    clip_higher,
-    clipping,
-    continuum,
-    dynamic_sampling,
-    forking_tokens,
-    grpo_vs_zero,
-    grpo_vs_zero_connect4,
-    gspo_ratio_variance,
-    kl_anchor,
-    length_norm,
-    length_penalty,
-    pass_at_k,
-    staleness,
-    tool_use,
-    zero_compute,
-    zero_elo,
-    zero_prior,
-    zero_value_target,
-)
-from .spec import Experiment
+import ast
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    pass_at_k.EXPERIMENT, kl_anchor.EXPERIMENT, clipping.EXPERIMENT, clip_higher.EXPERIMENT,
-    dynamic_sampling.EXPERIMENT, length_norm.EXPERIMENT, length_penalty.EXPERIMENT,
-    gspo_ratio_variance.EXPERIMENT, baseline_variance.EXPERIMENT, forking_tokens.EXPERIMENT,
-    tool_use.EXPERIMENT, staleness.EXPERIMENT, continuum.EXPERIMENT,
-    zero_value_target.EXPERIMENT, zero_prior.EXPERIMENT, grpo_vs_zero.EXPERIMENT,
-    grpo_vs_zero_connect4.EXPERIMENT, zero_compute.EXPERIMENT, zero_elo.EXPERIMENT)}
+if TYPE_CHECKING:
+    from .spec import Experiment
+
+# Each is the module rlscale.experiments.<name>, whose EXPERIMENT has this name.
+NAMES = (
+    "pass_at_k", "kl_anchor", "clipping", "clip_higher", "dynamic_sampling", "length_norm",
+    "length_penalty", "gspo_ratio_variance", "baseline_variance", "forking_tokens", "tool_use",
+    "staleness", "continuum", "zero_value_target", "zero_prior", "grpo_vs_zero",
+    "grpo_vs_zero_connect4", "zero_compute", "zero_elo",
+)
+
+
+def module_claim(name: str) -> str:
+    """The `CLAIM = "..."` string literal at the top level of experiment `name`'s module."""
+    source = Path(__file__).with_name(f"{name}.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "CLAIM" for target in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"experiment module {name} has no CLAIM string")
+
+
+def claims() -> dict[str, str]:
+    """Every experiment's one-sentence claim, in registry order, without importing any."""
+    return {name: module_claim(name) for name in NAMES}
+
+
+EXPERIMENTS: dict[str, Experiment]  # set by __getattr__ on first use
+
+
+def __getattr__(attribute: str) -> Any:
+    # PEP 562: `from .registry import EXPERIMENTS` imports the experiment modules then, not
+    # when `list` imports NAMES.
+    if attribute != "EXPERIMENTS":
+        raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+    experiments = {name: import_module(f"{__package__}.{name}").EXPERIMENT for name in NAMES}
+    globals()["EXPERIMENTS"] = experiments
+    return experiments

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
@@ -20,9 +21,13 @@ from ..config import (
     DEVICE_HELP,
     MAX_LR,
     ComputeDtypeName,
+    ConfigError,
     Device,
     LoggingConfig,
+    M,
     StrictModel,
+    load_config,
+    read_yaml,
 )
 from .objectives import PRESETS, Objective
 from .tools import ToolsConfig
@@ -211,6 +216,9 @@ class HealthConfig(StrictModel):
         "snapshot", description="snapshot: copy the weights and optimiser state before each "
         "step and restore a non-finite one; check: no copy, skip non-finite updates and stop "
         "at once if the weights still go non-finite; off: no test")
+    zero_reward_steps: int = Field(
+        20, ge=0, description="steps in a row on which every sample's reward was 0 that make "
+        "the run warn (once, and again in its end summary): it is learning nothing; 0: never")
 
 
 # Fields a `--resume` may change without --allow-config-change: they change speed or logging,
@@ -396,3 +404,30 @@ class SFTConfig(StrictModel):
             raise ValueError("data.wrong_share corrupts the task's demonstrations; it does not "
                              "apply to data.source=teacher")
         return self
+
+
+# The command that runs each kind of config: a file given to the other command is named as
+# what it is, not reported as the other kind's unknown or missing fields.
+CONFIG_COMMANDS: dict[type[StrictModel], tuple[str, str]] = {
+    RLVRConfig: ("an RL config", "rlscale rlvr train"),
+    SFTConfig: ("an SFT config", "rlscale sft"),
+}
+
+
+def config_kind(data: dict[str, Any]) -> type[StrictModel] | None:
+    """The one config class (of CONFIG_COMMANDS) whose fields hold every top-level key of
+    `data`; None when none does or several do (keys both kinds have, e.g. task)."""
+    fits = [kind for kind in CONFIG_COMMANDS if set(data) <= set(kind.model_fields)]
+    return fits[0] if len(fits) == 1 else None
+
+
+def load_command_config(model_cls: type[M], path: str | Path, overrides: list[str]) -> M:
+    """`load_config`, where a file that is the other command's config says so in one line."""
+    try:
+        return load_config(model_cls, path, overrides)
+    except ConfigError:
+        kind = config_kind(read_yaml(path))
+        if kind is not None and kind is not model_cls:
+            what, command = CONFIG_COMMANDS[kind]
+            raise ConfigError(f"{path} is {what}: run `{command} {path}`") from None
+        raise

@@ -5,10 +5,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from .model import PromptFormatter
+from ..config import read_yaml
+from ..runtime.checkpoint import list_checkpoints
+from ..runtime.metrics import Heartbeat
+from .model import ModelLoadError, PromptFormatter
 from .rewards import VerifierPool, score_completions
 from .rollout.engine import generate_with_tools
 from .rollout.groups import rollout_from_completions
@@ -51,9 +55,50 @@ class EvalResult:
         return out
 
 
+# The completion budget of a task that names none of its own (a data file, reasoning-gym).
+DEFAULT_MAX_NEW_TOKENS = 8
+
+
+def task_max_new_tokens(task: Task) -> int:
+    """The completion budget `task`'s answers need: a built-in task's `max_new_tokens` (its
+    training recipe's rollout.max_new_tokens), else DEFAULT_MAX_NEW_TOKENS."""
+    return int(getattr(task, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+
+
+@dataclass(frozen=True)
+class EvalModel:
+    """What `--model PATH` names: the model folder to load and, when PATH is a `rlvr train`
+    run directory, the run's recorded config (its task, prompt format and budget)."""
+
+    folder: Path
+    run_config: Path | None = None
+
+
+def find_eval_model(path: str | Path) -> EvalModel:
+    """`path` as a model folder, or a `rlvr train` run directory as its `final/` model, else
+    its newest checkpoint that is a whole model (a LoRA run's checkpoints hold adapters
+    only). Anything else is left to the loader, which names what is wrong with it."""
+    path = Path(path)
+    if (path / "config.json").is_file() or not path.is_dir():
+        return EvalModel(path)
+    recorded = path / "config.yaml"
+    if not recorded.is_file() and not (path / "checkpoints").is_dir():
+        return EvalModel(path)  # not a run directory
+    out = read_yaml(recorded).get("out") if recorded.is_file() else None
+    if isinstance(out, str):  # `rlscale sft` writes its model to `out`, not to the run's final/
+        raise ModelLoadError(f"{path} is an `rlscale sft` run directory: its model is {out} "
+                             "(pass that as --model)")
+    for folder in (path / "final", *reversed(list_checkpoints(path))):
+        if (folder / "config.json").is_file():
+            return EvalModel(folder, recorded if recorded.is_file() else None)
+    raise ModelLoadError(f"run directory {path} holds no model to evaluate (no final/ or "
+                         "checkpoints/step_*/ with a config.json)")
+
+
 def check_eval_arguments(*, prompts: int, samples: int, ks: tuple[int, ...],
                          max_new_tokens: int, temperature: float, top_p: float) -> None:
-    """One-line ValueErrors for arguments no evaluation can use (before any model work)."""
+    """One-line ValueErrors for arguments no evaluation can use (before any model work).
+    Temperature 0 is greedy decoding: one sample per prompt says all it can."""
     if prompts < 1:
         raise ValueError(f"--prompts must be at least 1, got {prompts}")
     if samples < 1:
@@ -62,8 +107,11 @@ def check_eval_arguments(*, prompts: int, samples: int, ks: tuple[int, ...],
         raise ValueError(f"--k needs positive integers, got {list(ks)}")
     if max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"--temperature must be a positive number, got {temperature}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"--temperature must be 0 (greedy) or a positive number, got {temperature}")
+    if temperature == 0 and samples > 1:
+        raise ValueError(f"--temperature 0 decodes greedily, so every sample of a prompt is the "
+                         f"same: use one sample (--samples 1 --k 1), got {samples}")
     if not (math.isfinite(top_p) and 0 < top_p <= 1):
         raise ValueError(f"--top-p must be in (0, 1], got {top_p}")
 
@@ -74,10 +122,12 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
              chat_template: bool = False, system_prompt: str | None = None,
              batch_size: int = 512,
              verifiers: VerifierPool | None = None,
-             tools: ToolTurns | None = None) -> EvalResult:
+             tools: ToolTurns | None = None, progress: bool = False) -> EvalResult:
     """`verifiers`: the run's pool for `task` (its workers, deadline and memory limit);
     without one, completions are scored in the shared one-worker pool. `tools`: the model
-    may call them while it generates (rollout.tools); the details then say how often."""
+    may call them while it generates (rollout.tools); the details then say how often.
+    `progress`: a line on stderr every ~10 s (the command's own evaluations; a training
+    run's held-out ones have the run's progress bar)."""
     check_eval_arguments(prompts=prompts, samples=samples, ks=ks, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p)
     if max(ks) > samples:
@@ -93,7 +143,9 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
     lengths: list[int] = []
     texts: list[str] = []
     calls: list[int] = []
+    beat = Heartbeat(f"eval {task.name} {split}", enabled=progress).beat
     for lo in range(0, len(expanded), batch_size):
+        beat(f"{lo}/{len(expanded)} completions")
         chunk = expanded[lo: lo + batch_size]
         ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in chunk]
         if tools is None:

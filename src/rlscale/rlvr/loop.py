@@ -33,6 +33,8 @@ from ..runtime.health import (
     NonFiniteError,
     NonFiniteGuard,
     StepUndo,
+    ZeroRewardWatch,
+    all_zero_reward,
     non_finite_keys,
     parameters_finite,
     unrecoverable_message,
@@ -126,7 +128,10 @@ class RLVRRun:
     """One training run in `cfg.run_dir`, fresh or resumed from its last checkpoint."""
 
     def __init__(self, cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
-                 allow_config_change: bool = False) -> None:
+                 allow_config_change: bool = False, resume_needs_run: bool = True) -> None:
+        """`resume_needs_run`: `rlvr train --resume` must find a run to continue, not start
+        one in an empty or missing folder (`train()` below, the library's "continue or
+        start" call, lets a resume start one)."""
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.device = resolve_device(cfg.device)  # before the run directory: a bad one costs nothing
@@ -135,7 +140,8 @@ class RLVRRun:
             torch.set_num_threads(cfg.train.threads)
         # Refuses a folder that is not ours, a started run without --resume/--overwrite, and a
         # second concurrent run; released at the end of train() (or at exit).
-        self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
+        self.lock = rundir.prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite,
+                                           resume_needs_run=resume_needs_run)
         self.objective = cfg.resolved_objective()
         self.task = make_task(cfg.task.name, **cfg.task.options)
         self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
@@ -371,6 +377,12 @@ class RLVRRun:
             print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
             return final
         guard = NonFiniteGuard(cfg.health.max_nonfinite_steps)
+        zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
+        if self.start_step:  # a run of zero-reward steps goes on across a resume
+            for row in read_metrics(self.run_dir):
+                if row.get("step", 0) <= self.step:
+                    zero_reward.observe(row["step"], all_zero_reward(row))
+        rewards: list[float] = []  # this session's reward/mean per step, for the summary
         undo = StepUndo(self.model, self.trainer.optimizer, self.trainer.scheduler)
         resume_step = self.step if self.start_step else None
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, resume_step=resume_step,
@@ -412,6 +424,10 @@ class RLVRRun:
                 if error and error not in warned:
                     warned.add(error)
                     print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
+                rewards.append(metrics["reward/mean"])
+                warning = zero_reward.observe(self.step, all_zero_reward(metrics))
+                if warning:
+                    print(f"warning: {warning}", file=sys.stderr, flush=True)
                 logger.log(self.step, metrics)
                 if len(record.token_lags):
                     logger.log_histogram(self.step, "staleness/token_lag", record.token_lags)
@@ -431,7 +447,26 @@ class RLVRRun:
             logger.close()
         with ckpt.atomic_dir(final) as tmp:
             lora.save_trained(self.model, self.tokenizer, tmp, self.cfg.model.lora)
+        self._print_summary(rewards, guard.skipped, zero_reward)
         return final
+
+    def _print_summary(self, rewards: list[float], skipped: int,
+                       zero_reward: ZeroRewardWatch) -> None:
+        """One line at the end of a run: what it did and, loudly, what went wrong."""
+        parts = [f"{len(rewards)} steps (to step {self.step}) in {self.run_dir}"]
+        if rewards:
+            parts.append(f"mean reward {sum(rewards) / len(rewards):.3f} "
+                         f"(last step {rewards[-1]:.3f})")
+        if "eval/pass@1" in self.last_eval:
+            parts.append(f"last eval pass@1 {self.last_eval['eval/pass@1']:.3f}")
+        if skipped:
+            parts.append(f"{skipped} non-finite steps skipped")
+        problem = zero_reward.summary()
+        if problem is None:
+            print("run summary: " + "; ".join(parts), flush=True)
+        else:
+            print("warning: run summary: " + "; ".join([*parts, problem]), file=sys.stderr,
+                  flush=True)
 
 
 def fleet_session(cfg: RLVRConfig):
@@ -442,6 +477,9 @@ def fleet_session(cfg: RLVRConfig):
 
 
 def train(cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,
-          allow_config_change: bool = False) -> Path:
+          allow_config_change: bool = False, resume_needs_run: bool = False) -> Path:
+    """Train `cfg`; with `resume`, continue the run in its run_dir, or start it there when
+    the folder holds none (unless `resume_needs_run`)."""
     return RLVRRun(cfg, resume=resume, overwrite=overwrite,
-                   allow_config_change=allow_config_change).train()
+                   allow_config_change=allow_config_change,
+                   resume_needs_run=resume_needs_run).train()

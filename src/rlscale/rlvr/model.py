@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from ..runtime.checkpoint import checkpoint_problem
 from ..runtime.device import Workload, parameter_signature
+from ..runtime.health import parameters_finite
 from ..runtime.rundir import MODEL_MARKER, check_model_out
 from .attention import training_attention
 from .rollout.sampler import SamplingParams, generate
@@ -110,24 +113,54 @@ def check_model_dir(path: str | Path) -> Path:
     if path.is_file():
         raise ModelLoadError(f"model path is a file, not a model folder: {path}")
     if not path.is_dir():
-        raise ModelLoadError(f"model path does not exist: {path}")
+        raise ModelLoadError(f"model path does not exist: {path}{_written_by(path)}")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"not a Hugging Face model folder (no config.json): {path}")
     return path
 
 
+def non_finite_weight(model) -> str | None:
+    """The name of the first parameter holding NaN or inf, or None. A damaged or diverged
+    model would otherwise load and fail much later, deep inside sampling (torch.multinomial
+    on NaN probabilities)."""
+    if parameters_finite(model.parameters()):  # one cheap pass; names only when needed
+        return None
+    return next(name for name, weight in model.named_parameters()
+                if not parameters_finite([weight]))
+
+
+def _written_by(path: Path) -> str:
+    """A hint for the shipped configs' model paths, which a quickstart writes."""
+    for default in ("runs/quickstart", "runs/reasoning"):
+        if Path(path).as_posix().rstrip("/").startswith(default):
+            recipe = "" if default == "runs/quickstart" else " reasoning"
+            return f" (`rlscale quickstart{recipe}` writes it: run that first)"
+    return ""
+
+
 def load_model(path: str | Path, dtype: str = "float32"):
-    """(model, tokenizer) from a local folder; a clear one-line error if it is not one."""
+    """(model, tokenizer) from a local folder; a clear one-line error if it is not one, or if
+    its weights are damaged (a torn or truncated file) or not finite."""
     path = check_model_dir(path)
     if dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPES)})")
+    # Checked before loading: safetensors reports a torn file as a Rust error that no
+    # `except` here would name, with a traceback from deep inside transformers.
+    problem = checkpoint_problem(path)
+    if problem:
+        raise ModelLoadError(f"cannot load model from {path}: {problem}")
     try:
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[dtype], local_files_only=True)
-    except (OSError, ValueError) as exc:
+    # RuntimeError: weights whose shapes the config contradicts; SafetensorError: a file
+    # damaged past what the header check sees (e.g. a dtype it does not know).
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"cannot load model from {path}: {first}") from None
+        raise ModelLoadError(f"cannot load model from {path}: {first[:200]}") from None
+    bad = non_finite_weight(model)
+    if bad is not None:
+        raise ModelLoadError(f"cannot load model from {path}: its weights hold NaN/inf in {bad}")
     return model, tokenizer
 
 

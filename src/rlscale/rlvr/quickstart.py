@@ -6,6 +6,11 @@ long chains of additions and subtractions from imperfect step-by-step traces
 (`long_arithmetic`), and the table shows what RL changed in how the model works them out:
 pass@1/pass@8 on held-out and rule-change (ood) prompts, the length of right and of wrong
 completions, the behaviour counters of the traces, and length and accuracy per difficulty.
+
+`--tiny` runs the same four stages at a smoke-test budget (about a minute on a 2-core
+machine: a short SFT, 30 GRPO steps, 100 prompts): it shows the pipeline and its outputs,
+not the measured lift. `--out` follows the run-directory contract: a folder holding files
+the quickstart did not write is refused, never written into.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from ..config import load_config
+from ..runtime.rundir import RunDirError
 from .config import RLVRConfig, SFTConfig
 from .distill import sft
 from .evaluate import EvalResult, evaluate
@@ -49,6 +55,12 @@ RECIPES = {
     "reasoning": Recipe("reasoning", "reasoning_sft.yaml", "reasoning.yaml", ("test", "ood"), 8,
                         (1, 8), default_out="runs/reasoning"),
 }
+# The smoke-test budget of `--tiny`: overrides of the SFT and GRPO configs, prompts measured.
+TINY_SFT = ("steps=600", "warmup_steps=20", "data.examples=40000")
+TINY_RL = ("train.steps=40", "eval.every=0", "checkpoint.every=20")
+TINY_PROMPTS = 100
+# What a quickstart writes in its folder; anything else there is the user's.
+OUT_ENTRIES = frozenset({"base", "sft", "grpo", "plots", "summary.json", "completions.md"})
 # The behaviour counters the reasoning table shows (behaviour/<name>, means per completion).
 COUNTERS = ("guess", "steps", "combined_steps", "checks", "backtracks", "wrong_steps")
 
@@ -69,23 +81,44 @@ class QuickstartRun:
     total_seconds: float
 
 
-def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic"
+def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic", tiny: bool = False
                    ) -> dict[str, dict[str, float]]:
     if recipe not in RECIPES:
         raise ValueError(f"unknown quickstart '{recipe}' (known: {', '.join(RECIPES)})")
     chosen = RECIPES[recipe]
+    if tiny:
+        chosen = replace(chosen, prompts=TINY_PROMPTS, default_out=chosen.default_out + "_tiny")
     console = Console() if sys.stdout.isatty() else Console(width=120)
-    run = _sft_measure_grpo_measure(chosen, Path(out or chosen.default_out), console)
+    run = _sft_measure_grpo_measure(chosen, check_out(Path(out or chosen.default_out)), console,
+                                    tiny)
     (_arithmetic_report if recipe == "arithmetic" else _reasoning_report)(run, console)
     return {"before": run.before["test"].as_dict(), "after": run.after["test"].as_dict()}
 
 
-def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console) -> QuickstartRun:
+def check_out(out: Path) -> Path:
+    """`out` if a quickstart may write there: new, empty, or a quickstart's own folder that
+    holds no finished GRPO run (one line naming what is in the way otherwise)."""
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"quickstart --out {out} is a file, not a folder")
+    if not out.is_dir():
+        return out
+    foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in OUT_ENTRIES)
+    if foreign:
+        raise RunDirError(f"quickstart --out {out} holds files the quickstart did not write "
+                          f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                          "pass a new or empty folder")
     if (out / "grpo" / "checkpoints").exists():
-        raise FileExistsError(f"{out} already holds a quickstart run; pass another --out or delete it")
+        raise FileExistsError(f"{out} already holds a quickstart run; pass another --out or "
+                              "delete it")
+    return out
+
+
+def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny: bool = False
+                              ) -> QuickstartRun:
     t_start = time.perf_counter()
     sft_cfg = load_config(SFTConfig, CONFIGS / recipe.sft_config,
-                          [f"out={out / 'base'}", f"run_dir={out / 'sft'}"])
+                          [f"out={out / 'base'}", f"run_dir={out / 'sft'}",
+                           *(TINY_SFT if tiny else ())])
     console.rule(f"[bold]1/4  base model: {sft_cfg.init_preset} Llama, supervised "
                  f"fine-tuning on {sft_cfg.task.name} demonstrations")
     t0 = time.perf_counter()
@@ -93,7 +126,8 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console) -> Qu
     sft_seconds = time.perf_counter() - t0
 
     rl_cfg = load_config(RLVRConfig, CONFIGS / recipe.rl_config,
-                         [f"model.path={base_path}", f"run_dir={out / 'grpo'}"])
+                         [f"model.path={base_path}", f"run_dir={out / 'grpo'}",
+                          *(TINY_RL if tiny else ())])
     task = make_task(rl_cfg.task.name, **rl_cfg.task.options)
 
     def measure(path: Path) -> dict[str, EvalResult]:
@@ -101,7 +135,7 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console) -> Qu
         results = {split: evaluate(model, tokenizer, task, split=split, seed=rl_cfg.eval.seed,
                                    prompts=recipe.prompts, samples=recipe.samples, ks=recipe.ks,
                                    max_new_tokens=rl_cfg.rollout.max_new_tokens,
-                                   temperature=rl_cfg.eval.temperature)
+                                   temperature=rl_cfg.eval.temperature, progress=True)
                    for split in recipe.splits}
         console.print("  ".join(f"{split} pass@1 {r.pass_at[1]:.3f}" for split, r in results.items()))
         return results

@@ -116,13 +116,27 @@ class ComputeDtype:
         return chosen if self.probe is None else {**chosen, **self.probe.metrics()}
 
     def describe(self) -> str:
+        """One sentence: the dtype, and for `auto` why the probe picked it."""
         if self.probe is None:
             return f"compute dtype: {self.name}"
         p = self.probe
-        what = "the model's own passes" if p.unit == WORKLOAD_UNIT else "matmul probe"
-        return (f"compute dtype: {self.name} (auto: {what}, bf16 {p.speedup:.2f}x fp32's "
-                f"speed ({p.bfloat16_rate:.3g} vs {p.float32_rate:.3g} {p.unit}) at "
-                f"{p.threads} threads{', cached' if p.cached else ''})")
+        what = "the model's own passes" if p.unit == WORKLOAD_UNIT else "a matmul probe"
+        verdict = ("at least" if p.choice == "bfloat16" else "under") + \
+            f" the {BF16_MIN_SPEEDUP}x that auto asks of bfloat16"
+        return (f"compute dtype: {self.name} (auto): bf16 ran {_speedup_text(p.speedup)}x as "
+                f"fast as fp32 on {what}, {verdict} ({p.bfloat16_rate:.3g} vs "
+                f"{p.float32_rate:.3g} {p.unit} at {p.threads} threads"
+                f"{', cached' if p.cached else ''})")
+
+
+def _speedup_text(speedup: float) -> str:
+    """`speedup` to two decimals, or more where two would round it onto the other side of
+    BF16_MIN_SPEEDUP (1.148 shown as 1.15 beside a 1.15 bar reads as a wrong choice)."""
+    for digits in (2, 3, 4, 6):
+        text = f"{speedup:.{digits}f}"
+        if (float(text) >= BF16_MIN_SPEEDUP) == (speedup >= BF16_MIN_SPEEDUP):
+            return text
+    return text
 
 
 def _synchronize(device: torch.device) -> None:

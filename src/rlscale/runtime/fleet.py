@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -86,11 +88,17 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
     reaper = _start_reaper(temp_dir) if temp_dir else None
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=True,
                                   configure_logging=False)
+    # ray.init replaces the SIGTERM handler with a bare sys.exit: keep the command's, which
+    # unwinds like Ctrl-C (runtime/errors.py: the resume message, status 143).
+    in_main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         if address:
             ray.init(address=address, **kwargs)
         else:
             ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     except Exception as exc:
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)

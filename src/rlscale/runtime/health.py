@@ -1,4 +1,4 @@
-"""The non-finite guard shared by both loops.
+"""The non-finite guard shared by both loops, and the watch for a run that learns nothing.
 
 A step whose loss, gradient norm or KL is not finite is skipped (the loop restores the
 weights it had before), counted as `health/skipped_steps` and warned about once; N such
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -86,6 +87,49 @@ class NonFiniteGuard:
         return (f"{self.in_a_row} non-finite {self.what}s in a row (last: {self.what} {step}, "
                 f"{', '.join(bad)}); the run stopped with the last good state in {checkpoint} "
                 "-- lower the learning rate and resume with --allow-config-change")
+
+
+@dataclass
+class ZeroRewardWatch:
+    """Steps in a row on which every sample's reward was 0. Such a step has nothing to learn
+    from (every group is flat: no advantage), yet the run goes on and exits 0 -- a verifier
+    that always fails, a task far beyond the model, answers cut off by the token budget.
+    Warns once when a run of them reaches `patience` (0: never), and remembers the longest
+    such run for the end summary."""
+
+    patience: int
+    in_a_row: int = 0
+    longest: tuple[int, int] | None = None  # (first, last) step of the longest such run
+    warned: bool = False
+
+    def observe(self, step: int, all_zero: bool) -> str | None:
+        """Record step `step`; the warning to print (once per run), or None."""
+        self.in_a_row = self.in_a_row + 1 if all_zero else 0
+        if not self.patience or self.in_a_row < self.patience:
+            return None
+        first = step - self.in_a_row + 1
+        if self.longest is None or self.in_a_row > self.longest[1] - self.longest[0] + 1:
+            self.longest = (first, step)
+        if self.warned:
+            return None
+        self.warned = True
+        return (f"step {step}: the reward was 0 for every sample of the last {self.in_a_row} "
+                f"steps ({first}-{step}), so the run is learning nothing; check the verifier "
+                "(reward/verifier_errors in metrics.jsonl), the task's difficulty and "
+                "rollout.max_new_tokens")
+
+    def summary(self) -> str | None:
+        """What the end-of-run summary says about it, or None if it never happened."""
+        if self.longest is None:
+            return None
+        first, last = self.longest
+        return (f"the reward was 0 for every sample in steps {first}-{last} "
+                f"({last - first + 1} in a row): those steps learned nothing")
+
+
+def all_zero_reward(metrics: Mapping[str, Any]) -> bool:
+    """Whether every sample of the step scored exactly 0: its mean and its spread are 0."""
+    return metrics.get("reward/mean") == 0 and metrics.get("reward/std") == 0
 
 
 class StepUndo:

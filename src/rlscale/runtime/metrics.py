@@ -211,3 +211,27 @@ class StepProgress:
         elif self._plain and (self._last_line is None or self._last_line[0] != self._completed):
             if self._completed > self._start_step:
                 self._print(self.clock())
+
+
+class Heartbeat:
+    """Signs of life from work that prints nothing else for long (a match, an iteration's
+    self-play, an evaluation): `beat(text)` prints `description: text (elapsed)` on stderr
+    at most once every `every_s` seconds, the first after `every_s`; silent when disabled.
+    Stderr, so a command's own output on stdout (a move, JSON) stays clean."""
+
+    def __init__(self, description: str, *, every_s: float | None = None, enabled: bool = True,
+                 stream: Any = None, clock: Any = time.monotonic) -> None:
+        self.description, self.enabled, self.clock = description, enabled, clock
+        self.every_s = every_s if every_s is not None else min(10.0, float(
+            os.environ.get("RLSCALE_PROGRESS_EVERY_S", "10")))
+        self.stream = stream
+        self._start = self._last = clock()
+
+    def beat(self, text: str) -> None:
+        if not self.enabled:
+            return
+        now = self.clock()
+        if now - self._last >= self.every_s:
+            self._last = now
+            print(f"{self.description}: {text} ({_clock(now - self._start)})",
+                  file=self.stream if self.stream is not None else sys.stderr, flush=True)

@@ -171,9 +171,31 @@ class RunLock:
 
 
 # -- preparing a directory ----------------------------------------------------------------
+def nothing_to_resume(run_dir: Path, contents: RunDirContents) -> str | None:
+    """Why `run_dir` holds no run that `--resume` could continue (one line saying how to
+    start a fresh one instead), or None when it holds one."""
+    if not run_dir.exists():
+        why, fix = "it does not exist", "drop --resume to start a fresh run there"
+    elif contents.progressed:
+        return None
+    elif contents.started:
+        why, fix = ("its run never completed a step (no checkpoint, metrics or model)",
+                    "drop --resume to start the run over")
+    elif contents.foreign:
+        why, fix = (f"it holds no rlscale run, only {_sample(contents.foreign)}",
+                    "drop --resume and choose a new or empty folder to start a fresh run")
+    else:
+        why, fix = "it is empty", "drop --resume to start a fresh run there"
+    return f"nothing to resume in {run_dir}: {why}; {fix}"
+
+
 def prepare_run_dir(run_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                    extra_entries: Iterable[str] = ()) -> RunLock:
+                    extra_entries: Iterable[str] = (), resume_needs_run: bool = False) -> RunLock:
     """Check the contract for `run_dir`, take its lock, clean a killed run's leftovers.
+
+    `resume_needs_run`: `--resume` as a user typed it, which must find a run to continue
+    (else a one-line RunDirError); without it a resume of a folder with no run starts one
+    (the experiments' "continue the arm, or start it").
 
     Returns the held lock; release it when the run ends (it is also released at exit)."""
     run_dir = Path(run_dir)
@@ -182,6 +204,8 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool = False, overwrite: boo
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} is a file, not a folder")
     contents = inspect_run_dir(run_dir, extra_entries)
+    if resume and resume_needs_run and not run_dir.exists():  # refused before it is made
+        raise RunDirError(nothing_to_resume(run_dir, contents))
     if contents.foreign and not resume:
         raise RunDirError(
             f"run directory {run_dir} holds files rlscale did not write "
@@ -196,6 +220,12 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool = False, overwrite: boo
     _make_dir(run_dir, "run directory")
     lock = RunLock(run_dir / LOCK_NAME).acquire()
     try:
+        if resume and resume_needs_run:
+            # Looked at again under the lock: a run that held it a moment ago may have
+            # written its first step since (a live one was refused by the lock itself).
+            problem = nothing_to_resume(run_dir, inspect_run_dir(run_dir, extra_entries))
+            if problem:
+                raise RunDirError(problem)
         if takeover:
             print(f"note: {run_dir} holds a start that never completed a step (no checkpoint, "
                   "metrics or model); starting over in it", file=sys.stderr, flush=True)
@@ -341,8 +371,11 @@ def resume_hint(run_dir: str | Path, command: list[str]) -> str:
 
     from .checkpoint import checkpoint_step, latest_checkpoint
 
+    shown = " ".join(shlex.quote(part) for part in command if part != "--resume")
+    if not inspect_run_dir(Path(run_dir)).progressed:  # `--resume` would find nothing to resume
+        return (f"interrupted: the run in {run_dir} stopped before completing a step. "
+                f"Start it again with: {shown}")
     latest = latest_checkpoint(run_dir)
     where = (f"its last checkpoint is step {checkpoint_step(latest)}" if latest is not None
              else "it has no checkpoint yet (a resume starts from step 0)")
-    shown = " ".join(shlex.quote(part) for part in command if part != "--resume")
     return f"interrupted: the run in {run_dir} stopped; {where}. Continue with: {shown} --resume"

@@ -365,9 +365,10 @@ def play_match(
     seed: int = 0,
     opening_plies: int = DEFAULT_OPENING_PLIES,
     concurrency: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> MatchResult:
     """Play `games` games of A against B, alternating who moves first, and count A's results.
+    `progress(finished games, games, moves played)` is called after every round of moves.
 
     Games 2k and 2k+1 share a random opening (see the module docstring); A moves first in the
     even ones (after the opening, player 0 is whoever moved first). Up to `concurrency` games
@@ -396,6 +397,7 @@ def play_match(
                          "a_first": a_first})
 
     refill()
+    moves = 0
     while live:
         for agent, is_a in ((agent_a, True), (agent_b, False)):
             mine = [g for g in live if not game.is_terminal(g["state"])
@@ -406,13 +408,14 @@ def play_match(
             for g, action in zip(mine, actions, strict=True):
                 g["state"] = game.apply(g["state"], int(action))
                 g["moves"].append(int(action))
+            moves += len(mine)
         finished = [g for g in live if game.is_terminal(g["state"])]
         for g in finished:
             live.remove(g)
             record = GameRecord(g["opening"], g["moves"], g["a_first"], game.outcome(g["state"]))
             _count(result, record)
-            if progress is not None:
-                progress(result.games, games)
+        if progress is not None:
+            progress(result.games, games, moves)
         refill()
     result.seconds = time.perf_counter() - start
     return result

@@ -160,6 +160,7 @@ def arena(
         "1-5 minutes to solve)"),
 ) -> None:
     """Play a match of the model against an opponent; print W/D/L, score and Elo."""
+    from rlscale.runtime.metrics import Heartbeat
     from rlscale.zero.arena import play_match
     from rlscale.zero.perfect_play import audit_match, audit_summary, audit_table
 
@@ -171,7 +172,10 @@ def arena(
     agent = main()
     g = agent.game  # the model's own board (a 7x7 Go model plays 7x7)
     rival = make_agent(opponent, game, main, simulations, search, seed + 1, dev)
-    result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies)
+    beat = Heartbeat(f"{agent.name} vs {rival.name}").beat
+    result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies,
+                        progress=lambda done, total, moves: beat(
+                            f"{done}/{total} games finished, {moves} moves played"))
     audits = None
     if audit:
         def audited(done: int, total: int) -> None:
@@ -362,8 +366,11 @@ def gtp(
     model: Path | None = typer.Option(None, "--model", help="a Go model (default: a fresh "
                                       "tiny network, for testing controllers)"),
     simulations: int = typer.Option(200, "--simulations"),
-    size: int = typer.Option(9, "--size"),
-    komi: float = typer.Option(7.5, "--komi"),
+    size: int | None = typer.Option(
+        None, "--size", help="board size (default: the model's; 9 without a model)"),
+    komi: float | None = typer.Option(
+        None, "--komi", help="komi (default: the model's; 7.5 without a model); the "
+        "controller's komi command changes it"),
     seed: int = typer.Option(0, "--seed"),
     threads: int = _ENGINE_THREADS_OPT,
     device: str = _DEVICE_OPT,
@@ -455,10 +462,14 @@ class GtpPlayer:
         return self.agents[game.size].choose_move(game, state, self.simulations)
 
 
-def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, seed: int,
-               device: Any = "cpu"):
+DEFAULT_GO_SIZE, DEFAULT_GO_KOMI = 9, 7.5  # `zero gtp` without a model: a fresh network
+
+
+def gtp_engine(model: Path | None, simulations: int, size: int | None, komi: float | None,
+               seed: int, device: Any = "cpu"):
     """A GtpEngine whose move is `simulations` of the model's search with its saved play
-    settings (`play_mcts`); without a model, a fresh tiny network per board size."""
+    settings (`play_mcts`); without a model, a fresh tiny network per board size. `size` and
+    `komi` None: the model's board and komi (9x9 and 7.5 without a model)."""
     import torch
 
     from rlscale.zero.agent import Agent, model_folder, play_settings
@@ -468,22 +479,29 @@ def gtp_engine(model: Path | None, simulations: int, size: int, komi: float, see
     from rlscale.zero.network import load_network, network_for, read_meta
 
     check_simulations(simulations)
-    if not np.isfinite(komi) or abs(komi) > 1000:
+    if komi is not None and (not np.isfinite(komi) or abs(komi) > 1000):
         raise ValueError(f"--komi must be a finite number of points, got {komi}")
     budget = max(simulations, 1)
     player = GtpPlayer({}, simulations)
     game_kwargs: dict[str, Any] = {}
-    if model is not None:
+    if model is None:
+        size = DEFAULT_GO_SIZE if size is None else size
+        komi = DEFAULT_GO_KOMI if komi is None else komi
+    else:
         # The network loader's own game check compares every game keyword (komi included),
         # but a GTP controller sets komi itself: compare the game and the board size here.
+        # A network plays the board it was trained on; komi is a rule of the game played, so
+        # another one is allowed (the model's is only the default).
         folder = model_folder(model)
         meta = read_meta(folder)
-        model_size = int(meta.game_kwargs.get("size", 9))
         if meta.game != "go":
             raise ValueError(f"checkpoint {model} is for {meta.describe_game()}, not for go")
+        model_size = int(meta.game_kwargs.get("size", DEFAULT_GO_SIZE))
+        size = model_size if size is None else size
+        komi = float(meta.game_kwargs.get("komi", DEFAULT_GO_KOMI)) if komi is None else komi
         if model_size != size:
             raise ValueError(f"checkpoint {model} is for a {model_size}x{model_size} go board, "
-                             f"not {size}x{size}")
+                             f"not {size}x{size} (leave out --size to play its board)")
         net, _ = load_network(folder, device=device)
         game_kwargs = {k: v for k, v in meta.game_kwargs.items() if k not in ("size", "komi")}
         game = Go(size=size, komi=komi, **game_kwargs)

@@ -54,7 +54,8 @@ def train(
             if out is not None:
                 cfg.out = str(out)
             return run_training(cfg, resume=resume, progress=progress, overwrite=overwrite,
-                                allow_config_change=allow_config_change, resume_from=resume_from)
+                                allow_config_change=allow_config_change, resume_from=resume_from,
+                                resume_needs_run=True)
         except KeyboardInterrupt:
             interrupted(None if cfg is None else cfg.run_dir(), command)
 

@@ -24,6 +24,7 @@ import math
 import os
 import pickle
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from rlscale.runtime.health import (
     parameters_finite,
     unrecoverable_message,
 )
-from rlscale.runtime.metrics import MetricsLogger, StepProgress
+from rlscale.runtime.metrics import Heartbeat, MetricsLogger, StepProgress
 from rlscale.runtime.trackers import open_trackers
 from rlscale.runtime.versions import WeightPublisher, WeightStore, staleness
 from rlscale.zero.actors import FleetSelfPlay
@@ -155,13 +156,17 @@ class ZeroRun:
         if self.fleet is not None:
             self.fleet.close()
 
-    def _self_play(self, games: int) -> tuple[Samples, PlayStats, dict[str, float]]:
+    def _self_play(self, games: int, beat: Callable[[str], None]
+                   ) -> tuple[Samples, PlayStats, dict[str, float]]:
         if self.fleet is not None:
             return self.fleet.take(games)
         if self.actor is None:
             raise RuntimeError("runtime.actors > 0: call start_actors() (in a Ray session) first")
         self.actor.sync()
-        return *self.actor.play(games), {}
+        iteration = self.counters.iteration + 1
+        return *self.actor.play(games, on_step=lambda stats: beat(
+            f"iteration {iteration}: self-play, {stats.games}/{games} games, "
+            f"{stats.moves} moves")), {}
 
     def _tune_resignation(self, play: PlayStats) -> dict[str, float]:
         """AlphaGo Zero's v_resign: the most aggressive threshold that keeps false
@@ -189,10 +194,11 @@ class ZeroRun:
         return m
 
     # -- one iteration ------------------------------------------------------------------------
-    def iterate(self) -> dict[str, Any]:
+    def iterate(self, beat: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
+        """One round; `beat(text)` is told where it is (Heartbeat: signs of life)."""
         cfg = self.cfg
         start = time.perf_counter()
-        samples, play, fleet_metrics = self._self_play(cfg.selfplay.games_per_iteration)
+        samples, play, fleet_metrics = self._self_play(cfg.selfplay.games_per_iteration, beat)
         resign_metrics = self._tune_resignation(play)
         # Scored before they are trained on: the generalisation lens (see Learner.held_out).
         held_out = self.learner.held_out(samples)
@@ -209,10 +215,11 @@ class ZeroRun:
             self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
             augment_with = self.game if cfg.replay.augment else None
-            for _ in range(steps):
+            for step in range(steps):
                 batch = self.replay.sample(cfg.train.batch_size, self.rng, augment_with)
                 losses.append(self.learner.step(batch))
                 versions.append(batch.policy_version)
+                beat(f"iteration {self.counters.iteration + 1}: learning, step {step + 1}/{steps}")
         train_seconds = time.perf_counter() - train_start
         lag = staleness(self.counters.version, np.concatenate(versions)) if versions else {}
         self.last_lags = self.counters.version - np.concatenate(versions) if versions else None
@@ -493,7 +500,7 @@ def _saved_iteration(checkpoint: Path) -> int:
 
 def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
           overwrite: bool = False, allow_config_change: bool = False,
-          resume_from: str | Path | None = None) -> TrainResult:
+          resume_from: str | Path | None = None, resume_needs_run: bool = False) -> TrainResult:
     """Run `rlscale zero train`: iterate until cfg.train.iterations (or max_minutes).
 
     At the first iteration of each of `cfg.stages` the run checkpoints and resumes itself with
@@ -503,7 +510,10 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
     cfg.run_dir(): its network, optimiser, counters, RNGs and resignation state; the replay
     window refills from self-play when the checkpoint has none (no updates until it holds
     replay.window_start samples, ReplayWindow.refilling). Its recorded config is
-    checked as by `resume`."""
+    checked as by `resume`.
+
+    `resume_needs_run`: `--resume` must find a run to continue in cfg.run_dir() (the
+    command's flag); without it a resume of a folder with no run starts one there."""
     if resume and resume_from is not None:
         raise ConfigError("--resume continues the run in its own directory and --resume-from "
                           "starts a new directory from another run's checkpoint: pass one")
@@ -519,7 +529,7 @@ def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
         initial_network(cfg, make_game(cfg.game.name, **cfg.game.kwargs))
     run_dir = cfg.run_dir()
     lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite,
-                                  extra_entries=(NETWORKS_DIR,))
+                                  extra_entries=(NETWORKS_DIR,), resume_needs_run=resume_needs_run)
     try:
         return _train(cfg, run_dir, resume, progress, allow_config_change, source)
     finally:
@@ -598,7 +608,8 @@ def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
         with _ray_if_needed(cfg):
             run.start_actors()
             try:
-                run, metrics = _iterate(cfg, run, logger, bar)
+                run, metrics = _iterate(cfg, run, logger, bar,
+                                        Heartbeat(f"zero {cfg.name}", enabled=progress))
             finally:
                 run.close()
     finally:
@@ -608,8 +619,8 @@ def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
     return TrainResult(run_dir, run.counters, final, metrics)
 
 
-def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger,
-             bar: StepProgress) -> tuple[ZeroRun, dict[str, Any]]:
+def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger, bar: StepProgress,
+             heartbeat: Heartbeat) -> tuple[ZeroRun, dict[str, Any]]:
     """Iterate, log and checkpoint until train.iterations (or max_minutes); the run of the
     last stage and the last metrics."""
     run_dir = cfg.run_dir()
@@ -625,7 +636,7 @@ def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger,
             run.close()  # a fleet restarts with the new stage's settings, as on a resume
             run = _start_run(cfg, upcoming, path)
             run.start_actors()
-        values = run.iterate()
+        values = run.iterate(heartbeat.beat)
         guard.observe(run.counters.iteration, run.nonfinite)
         values["health/skipped_steps"] = guard.skipped
         metrics = logger.log(run.counters.iteration, values)

@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlscale.runtime.device import Workload, compute_context, parameter_signature
+from rlscale.runtime.health import parameters_finite
 
 if TYPE_CHECKING:
     from rlscale.zero.config import NetworkConfig
@@ -365,5 +366,11 @@ def load_network(
         meta.value_channels, meta.global_pooling, meta.ownership_head, meta.score_head,
     )
     net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
+    # A damaged or diverged network would otherwise search with NaN priors and values and
+    # play (badly) without a word.
+    bad = next((name for name, weight in net.named_parameters()
+                if not parameters_finite([weight])), None)
+    if bad is not None:
+        raise ValueError(f"the network in {path} holds NaN/inf weights in {bad}")
     net.to(device).eval()
     return net, meta

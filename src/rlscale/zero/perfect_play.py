@@ -49,7 +49,9 @@ def read_positions(name: str | Path, data_dir: str | Path | None = None,
     if not path.is_file():
         path = Path(data_dir or connect4_data_dir()) / str(name)
     if not path.is_file():
-        raise FileNotFoundError(f"no Connect Four position file {name!r} (looked in {path})")
+        raise FileNotFoundError(f"no Connect Four position file {name!r} (looked in {path}); "
+                                "the benchmark positions (Test_L1_R1 ... Test_L3_R1, Pascal "
+                                "Pons' format) are not in the repository: pass --data-dir DIR")
     positions = []
     for line in path.read_text().splitlines():
         if line.strip():

@@ -14,6 +14,7 @@ by which a fleet counts each finished game exactly once. Only finished games lea
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,13 +180,17 @@ class Actor:
             self.load_weights(state, version)
         return self.version
 
-    def play(self, num_games: int) -> tuple[Samples, PlayStats]:
-        """Move all games until `num_games` have finished; return their samples."""
+    def play(self, num_games: int, on_step: Callable[[PlayStats], None] | None = None
+             ) -> tuple[Samples, PlayStats]:
+        """Move all games until `num_games` have finished; return their samples.
+        `on_step(stats so far)` after every move of the games in flight."""
         start = time.perf_counter()
         stats = PlayStats()
         games: list[FinishedGame] = []
         while stats.games < num_games:
             games += self.step(stats)
+            if on_step is not None:
+                on_step(stats)
         stats.seconds = time.perf_counter() - start
         return game_samples(games, self.game), stats
 

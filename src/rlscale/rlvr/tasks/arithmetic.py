@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
@@ -26,6 +27,9 @@ _ANSWER = re.compile(r"-?[0-9]+")
 @dataclass
 class ArithmeticTask:
     name: str = "arithmetic"
+    # The completion budget its answers need (4 characters and EOS at the default digits; a
+    # character is a token of the tiny presets): the quickstart recipe's, rlvr eval's default.
+    max_new_tokens: ClassVar[int] = 8
     add_digits: int = 3         # addition operands have 1..add_digits digits
     mul_digits: tuple[int, int] = (2, 1)  # multiplication: (digits of a, digits of b)
     mul_share: float = 0.3

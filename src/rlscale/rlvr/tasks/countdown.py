@@ -16,6 +16,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar
 
 from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
@@ -99,6 +100,9 @@ def _balanced(text: str) -> bool:
 @dataclass
 class CountdownTask:
     name: str = "countdown"
+    # The completion budget its answers need: the longest expression of an ood puzzle (one
+    # number more) is 15 characters, then EOS; rlvr eval's default.
+    max_new_tokens: ClassVar[int] = 16
     count: int = 3            # numbers per puzzle
     max_number: int = 20
     max_target: int = 100

@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
@@ -139,6 +140,9 @@ def parse_answer(completion: str) -> int | None:
 @dataclass
 class LongArithmeticTask:
     name: str = "long_arithmetic"
+    # The completion budget its traces need (the longest demonstrations are ~240 characters):
+    # the reasoning recipe's rollout.max_new_tokens, rlvr eval's default.
+    max_new_tokens: ClassVar[int] = 256
     min_terms: int = 2
     max_terms: int = 6
     max_digits: int = 3

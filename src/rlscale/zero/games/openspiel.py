@@ -9,6 +9,7 @@ are no symmetries beyond the identity. Moves are written as OpenSpiel writes the
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import numpy as np
@@ -30,9 +31,22 @@ def _pyspiel():
     return pyspiel
 
 
+def check_game_name(pyspiel, short_name: str) -> None:
+    """A one-line ValueError, with the closest names, for a game OpenSpiel does not know:
+    its own error prints every registered name (128 lines), on stderr too."""
+    known = pyspiel.registered_names()
+    name = short_name.split("(", 1)[0]  # "connect_four(rows=5)": parameters in the name
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown OpenSpiel game {name!r}{hint}; "
+                         f"pyspiel.registered_names() lists the {len(known)} it knows")
+
+
 class OpenSpielGame:
     def __init__(self, short_name: str, **params: Any):
         pyspiel = _pyspiel()
+        check_game_name(pyspiel, short_name)
         try:
             self._game = pyspiel.load_game(short_name, params)
         except Exception as err:  # pyspiel raises RuntimeError/SpielError for unknown names
