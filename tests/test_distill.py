@@ -107,3 +107,54 @@ def test_packed_demonstrations_give_the_padded_loss_and_gradients():
     assert packed_n == padded_n == sum(len(c) for _, c in pairs)
     assert abs(packed_loss - padded_loss) < 1e-5
     assert torch.allclose(packed_grad, padded_grad, atol=1e-5, rtol=1e-4)
+
+
+def test_a_stopped_sft_resumes_exactly(tmp_path, monkeypatch):
+    """`rlscale sft --resume` (issue 56): a run stopped at step 7 continues from its step-4
+    checkpoint and ends with the losses and weights of a run never stopped."""
+    from safetensors.torch import load_file
+
+    from rlscale.rlvr import distill
+
+    def config(name: str, *extra: str) -> SFTConfig:
+        return load_config(SFTConfig, None, [
+            "init_preset=tiny", f"out={tmp_path / name / 'model'}", f"run_dir={tmp_path / name}",
+            "data.examples=64", "steps=10", "batch_size=8", "warmup_steps=2",
+            "checkpoint.every=4", "progress=false", "tensorboard=false", *extra])
+
+    def losses(name: str) -> list[float]:
+        rows = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(row)["sft/loss"] for row in rows]
+
+    sft(config("unbroken"))
+    real, calls = imitation.demonstration_loss, [0]
+
+    def stop_at_step_7(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 7:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distill.imitation, "demonstration_loss", stop_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        sft(config("stopped"))
+    monkeypatch.setattr(distill.imitation, "demonstration_loss", real)
+    assert [p.name for p in (tmp_path / "stopped" / "checkpoints").iterdir()] == ["step_000004"]
+    with pytest.raises(ValueError, match="lr"):
+        sft(config("stopped", "lr=0.1"), resume=True)  # the math changed: refused
+    sft(config("stopped"), resume=True)
+    assert losses("stopped") == losses("unbroken") and len(losses("stopped")) == 10
+    ours = load_file(tmp_path / "stopped" / "model" / "model.safetensors")
+    theirs = load_file(tmp_path / "unbroken" / "model" / "model.safetensors")
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert "nothing to do" in _finished_message(config("stopped"))
+
+
+def _finished_message(cfg: SFTConfig) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sft(cfg, resume=True)
+    return out.getvalue()

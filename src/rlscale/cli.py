@@ -119,7 +119,12 @@ def quickstart(
 def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argument(
         help="dotted overrides, e.g. steps=500 data.wrong_share=0.2")] = None,
         overwrite: Annotated[bool, typer.Option(
-            help="replace an earlier run and model that rlscale wrote there")] = False) -> None:
+            help="replace an earlier run and model that rlscale wrote there")] = False,
+        resume: Annotated[bool, typer.Option(
+            help="continue the run in run_dir from its newest checkpoint")] = False,
+        allow_config_change: Annotated[bool, typer.Option(
+            help="--resume with a config that changes the math; recorded in "
+                 "config_changes.jsonl")] = False) -> None:
     """Supervised fine-tuning on task demonstrations (the base model for RL)."""
     from .rlvr.config import SFTConfig, load_command_config
     from .rlvr.distill import sft
@@ -128,7 +133,11 @@ def sft_command(config: Path, overrides: Annotated[list[str] | None, typer.Argum
     def go():
         cfg = load_command_config(SFTConfig, config, overrides or [])
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
-        path = sft(cfg, overwrite=overwrite)
+        try:
+            path = sft(cfg, overwrite=overwrite, resume=resume,
+                       allow_config_change=allow_config_change)
+        except KeyboardInterrupt:
+            interrupted(cfg.run_dir, ["rlscale", "sft", str(config), *(overrides or [])])
         typer.echo(f"model written to {path}")
 
     _threads()

@@ -209,6 +209,13 @@ class CheckpointConfig(StrictModel):
     keep: int = Field(2, ge=1)
 
 
+class SFTCheckpointConfig(CheckpointConfig):
+    """SFT steps are ~100x cheaper than GRPO's: a checkpoint every 250 of them."""
+
+    every: int = Field(250, ge=0, description="a resumable checkpoint every N steps; 0 = none "
+                       "(a killed run starts over)")
+
+
 class HealthConfig(StrictModel):
     max_nonfinite_steps: int = Field(
         3, ge=1, description="non-finite steps in a row (each skipped) that stop the run")
@@ -388,6 +395,11 @@ class SFTConfig(StrictModel):
     save_every: int = Field(
         0, ge=0, description="also save the model every N steps as run_dir/checkpoints/step_N "
         "(all kept; e.g. to measure along the way); 0: only `out`")
+    checkpoint: SFTCheckpointConfig = Field(
+        default_factory=SFTCheckpointConfig,
+        description="resumable checkpoints (`rlscale sft --resume`): the model, optimiser, "
+        "schedule and data order every `every` steps in run_dir/checkpoints, the newest `keep` "
+        "kept besides the save_every snapshots; every 0: none (a killed run starts over)")
     seed: int = 0
     threads: int = Field(0, ge=0)
     tensorboard: bool = True
@@ -404,6 +416,11 @@ class SFTConfig(StrictModel):
             raise ValueError("data.wrong_share corrupts the task's demonstrations; it does not "
                              "apply to data.source=teacher")
         return self
+
+
+# Fields an `sft --resume` may change without --allow-config-change (speed, logging, length).
+SFT_RESUME_FREE_FIELDS = ("run_dir", "device", "steps", "threads", "compute_dtype", "save_every",
+                          "checkpoint.*", "tensorboard", "logging.*", "progress")
 
 
 # The command that runs each kind of config: a file given to the other command is named as

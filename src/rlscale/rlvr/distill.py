@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.optim import adamw
 from ..runtime.trackers import open_trackers
 from . import imitation, lora
-from .config import SFTConfig
+from .config import SFT_RESUME_FREE_FIELDS, SFTConfig
 from .logprobs import completion_logprobs
 from .model import (
     PromptFormatter,
@@ -151,22 +152,70 @@ def demonstration_weight(cfg: SFTConfig) -> str:
     return {"sft": "one", "dft": cfg.dft_weight}[cfg.loss]
 
 
-def sft(cfg: SFTConfig, *, overwrite: bool = False) -> Path:
+def sft(cfg: SFTConfig, *, overwrite: bool = False, resume: bool = False,
+        allow_config_change: bool = False) -> Path:
+    """Fine-tune and write the model to `cfg.out`; `resume` continues the run in
+    `cfg.run_dir` from its newest checkpoint, exactly (the same batches and weights as a run
+    never stopped)."""
     run_dir, out = Path(cfg.run_dir), Path(cfg.out)
     resolve_device(cfg.device)  # a missing GPU is a one-line error before anything is written
     rundir.check_separate(out, run_dir)
+    if resume and (out / rundir.MODEL_MARKER).is_file() and (run_dir / "config.yaml").is_file():
+        print(f"the SFT run in {run_dir} has finished: its model is {out}; nothing to do")
+        return out
     rundir.check_model_out(out, overwrite=overwrite)
     # out may live inside run_dir (the default: runs/sft/model): it is the run's own entry.
     inside = out.resolve().parent == run_dir.resolve()
-    lock = rundir.prepare_run_dir(run_dir, overwrite=overwrite,
-                                  extra_entries=[out.name] if inside else [])
+    lock = rundir.prepare_run_dir(run_dir, resume=resume, overwrite=overwrite,
+                                  extra_entries=[out.name] if inside else [],
+                                  resume_needs_run=resume)
     try:
-        return _sft(cfg, run_dir, out)
+        return _sft(cfg, run_dir, out, resume, allow_config_change)
     finally:
         lock.release()
 
 
-def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
+@dataclasses.dataclass
+class _SFTState:
+    """What an SFT checkpoint holds besides the weights: enough to go on exactly."""
+
+    step: int
+    optimizer: dict
+    scheduler: dict
+    data_order: object   # random.Random's state: which demonstrations each step draws
+    rng: dict            # torch's and numpy's generators (runtime.checkpoint.rng_state)
+
+
+def _save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler,
+                     data_order: random.Random, cfg: SFTConfig) -> None:
+    with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:
+        lora.save_weights(model, tokenizer, tmp)
+        torch.save(dataclasses.asdict(_SFTState(step, optimizer.state_dict(),
+                                                scheduler.state_dict(), data_order.getstate(),
+                                                ckpt.rng_state())),
+                   tmp / "trainer_state.pt")
+    # The newest `keep` resumable checkpoints; the save_every snapshots are all kept.
+    snapshot = (lambda p: cfg.save_every and ckpt.checkpoint_step(p) % cfg.save_every == 0)
+    for old in [p for p in ckpt.list_checkpoints(run_dir) if not snapshot(p)][:-cfg.checkpoint.keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(path: Path, model, optimizer, scheduler, data_order: random.Random) -> int:
+    state = _SFTState(**torch.load(path / "trainer_state.pt", weights_only=False))
+    if lora.is_lora(model):
+        lora.load_adapter(model, path)
+    else:
+        saved, _ = load_model(path)
+        model.load_state_dict(saved.state_dict())
+    optimizer.load_state_dict(state.optimizer)
+    scheduler.load_state_dict(state.scheduler)
+    data_order.setstate(state.data_order)
+    ckpt.set_rng_state(state.rng)
+    return state.step
+
+
+def _sft(cfg: SFTConfig, run_dir: Path, out: Path, resume: bool = False,
+         allow_config_change: bool = False) -> Path:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.init_preset is not None:
@@ -180,7 +229,6 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
     settings = cfg.model.lora if cfg.model is not None else None
     if settings is not None:
         model = lora.apply_lora(model, settings, cfg.seed)
-    dump_config(cfg, run_dir / "config.yaml")
     pairs = build_demonstrations(cfg, tokenizer)
     optimizer = adamw([p for p in model.parameters() if p.requires_grad],
                       lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
@@ -192,15 +240,27 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, trackers=open_trackers(
-        cfg.logging, run_dir, config_to_dict(cfg)))
-    progress = StepProgress(cfg.steps, f"sft {cfg.task.name}", enabled=cfg.progress,
-                            fields=("loss", "tok/s"))
     rng = random.Random(cfg.seed)
+    done = 0
+    if resume:
+        found = ckpt.load_latest_usable(run_dir, lambda path: _load_checkpoint(
+            path, model, optimizer, scheduler, rng))
+        if found is not None:
+            done = found[1]
+            rundir.check_resume_config(run_dir, cfg, done=done, length_key="steps",
+                                       free_fields=SFT_RESUME_FREE_FIELDS,
+                                       allow_change=allow_config_change)
+    dump_config(cfg, run_dir / "config.yaml")
+    resume_step = done if resume else None
+    logger = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_step=resume_step,
+                           trackers=open_trackers(cfg.logging, run_dir, config_to_dict(cfg),
+                                                  resume_step))
+    progress = StepProgress(cfg.steps, f"sft {cfg.task.name}", enabled=cfg.progress,
+                            completed=done, fields=("loss", "tok/s"))
     weight = demonstration_weight(cfg)
     model.train()
     try:
-        for step in range(1, cfg.steps + 1):
+        for step in range(done + 1, cfg.steps + 1):
             t0 = time.perf_counter()
             chosen = rng.sample(pairs, min(cfg.batch_size, len(pairs)))
             with compute_context(device, precision.name):
@@ -225,9 +285,9 @@ def _sft(cfg: SFTConfig, run_dir: Path, out: Path) -> Path:
                                     "throughput/tokens_per_s": tokens / (time.perf_counter() - t0),
                                     **precision.metrics()})
             progress.update(step, {"loss": row["sft/loss"], "tok/s": row["throughput/tokens_per_s"]})
-            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
-                with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:
-                    lora.save_trained(model, tokenizer, tmp, settings)
+            every = [n for n in (cfg.save_every, cfg.checkpoint.every) if n]
+            if step < cfg.steps and any(step % n == 0 for n in every):
+                _save_checkpoint(run_dir, step, model, tokenizer, optimizer, scheduler, rng, cfg)
     finally:
         progress.close()
         logger.close()
