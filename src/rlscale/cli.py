@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
+from .command_setup import prepare_command_process
 from .experiments.commands import app as experiments_app
 from .runtime.errors import interrupted, run_guarded
 
@@ -86,15 +86,7 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 
 def _threads() -> None:
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    # Our own progress bar and messages are the output; transformers' per-load bars are noise.
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(os.cpu_count() or 1)
+    prepare_command_process()
 
 
 @app.command()

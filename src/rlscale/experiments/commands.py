@@ -41,7 +41,7 @@ def run_command(
              "OUT/base to rebuild it)")] = False,
 ) -> None:
     """Train the arms, measure, analyse, plot; the result lands in OUT/NAME/result.json."""
-    from ..cli import _threads  # the CLI's thread and logging set-up, shared by its commands
+    from ..command_setup import prepare_command_process
     from .registry import EXPERIMENTS
     from .runner import DEFAULT_OUT, get, run_experiment
     from .verdict import describe
@@ -63,7 +63,7 @@ def run_command(
                 typer.echo(f"  {effect.name}: {describe(effect)} -> {effect.verdict} ({role})")
             typer.echo(f"  figure and result: {root / chosen}")
 
-    _threads()
+    prepare_command_process()
     run_guarded(go)
 
 

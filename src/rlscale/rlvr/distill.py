@@ -195,8 +195,11 @@ def _save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sche
                                                 ckpt.rng_state())),
                    tmp / "trainer_state.pt")
     # The newest `keep` resumable checkpoints; the save_every snapshots are all kept.
-    snapshot = (lambda p: cfg.save_every and ckpt.checkpoint_step(p) % cfg.save_every == 0)
-    for old in [p for p in ckpt.list_checkpoints(run_dir) if not snapshot(p)][:-cfg.checkpoint.keep]:
+    def snapshot(path: Path) -> bool:
+        return bool(cfg.save_every) and ckpt.checkpoint_step(path) % cfg.save_every == 0
+
+    prunable = [p for p in ckpt.list_checkpoints(run_dir) if not snapshot(p)]
+    for old in prunable[:-cfg.checkpoint.keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
