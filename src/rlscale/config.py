@@ -40,6 +40,18 @@ COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 wh
                       "version, thread count and model shape), else float32")
 
 
+class NonFiniteGuardConfig(StrictModel):
+    """`health`: the non-finite guard of both loops (runtime/health.py); a Zero "step" is an
+    iteration."""
+
+    max_nonfinite_steps: int = pydantic.Field(
+        3, ge=1, description="non-finite steps in a row (each skipped) that stop the run")
+    nonfinite_guard: Literal["snapshot", "check", "off"] = pydantic.Field(
+        "snapshot", description="snapshot: copy the weights and optimiser state before each "
+        "step and restore a non-finite one; check: no copy, skip non-finite updates and stop "
+        "at once if the weights still go non-finite; off: no test")
+
+
 class LoggingConfig(StrictModel):
     """Experiment trackers beside metrics.jsonl and TensorBoard (runtime/trackers.py). Their
     files live in the run directory: `wandb/` (offline unless wandb has credentials) and

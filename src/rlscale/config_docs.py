@@ -213,10 +213,6 @@ NOTES: dict[type, dict[str, str]] = {
     zero.CheckpointConfig: {
         "keep": "checkpoints kept (the newest)",
     },
-    zero.HealthConfig: {
-        "nonfinite_guard": "snapshot, check or off, as the RLVR health.nonfinite_guard "
-                           "(runtime/health.py)",
-    },
     fleet.ResponseLengths: {
         "min": "shortest response (tokens)",
         "max": "longest response (tokens)",

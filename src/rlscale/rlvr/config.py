@@ -25,6 +25,7 @@ from ..config import (
     Device,
     LoggingConfig,
     M,
+    NonFiniteGuardConfig,
     StrictModel,
     load_config,
     read_yaml,
@@ -216,13 +217,10 @@ class SFTCheckpointConfig(CheckpointConfig):
                        "(a killed run starts over)")
 
 
-class HealthConfig(StrictModel):
-    max_nonfinite_steps: int = Field(
-        3, ge=1, description="non-finite steps in a row (each skipped) that stop the run")
-    nonfinite_guard: Literal["snapshot", "check", "off"] = Field(
-        "snapshot", description="snapshot: copy the weights and optimiser state before each "
-        "step and restore a non-finite one; check: no copy, skip non-finite updates and stop "
-        "at once if the weights still go non-finite; off: no test")
+class HealthConfig(NonFiniteGuardConfig):
+    """The non-finite guard (the same keys as `zero train`'s) and the watch for a run that
+    learns nothing."""
+
     zero_reward_steps: int = Field(
         20, ge=0, description="steps in a row on which every sample's reward was 0 that make "
         "the run warn (once, and again in its end summary): it is learning nothing; 0: never")

@@ -19,6 +19,7 @@ from rlscale.config import (
     ConfigError,
     Device,
     LoggingConfig,
+    NonFiniteGuardConfig,
     StrictModel,
     set_dotted,
 )
@@ -225,13 +226,6 @@ class CheckpointConfig(StrictModel):
     networks_every: int = pydantic.Field(0, ge=0)
 
 
-class HealthConfig(StrictModel):
-    # iterations in a row with a non-finite loss or weights (each undone) that stop the run
-    max_nonfinite_steps: int = pydantic.Field(3, ge=1)
-    # snapshot | check | off, as rlvr's health.nonfinite_guard (runtime/health.py)
-    nonfinite_guard: Literal["snapshot", "check", "off"] = "snapshot"
-
-
 # Fields a `--resume` may change without --allow-config-change: speed, logging, the stopping
 # rule (train.iterations may only grow; the loop checks that).
 RESUME_FREE_FIELDS = ("name", "out", "device", "compute_dtype", "train.iterations", "train.max_minutes",
@@ -276,7 +270,7 @@ class ZeroConfig(StrictModel):
     train: TrainConfig = TrainConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
-    health: HealthConfig = HealthConfig()
+    health: NonFiniteGuardConfig = NonFiniteGuardConfig()
     logging: LoggingConfig = LoggingConfig()  # W&B / trackio beside TensorBoard
     # Stages: {iteration: {dotted.key: value}} changes settings from that iteration on, e.g.
     # {116: {train.lr: 5e-4, train.value_target_mix: 0.5, replay.capacity: 300000}}. At a
