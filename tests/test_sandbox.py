@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from processes import descendants
-from rlscale.runtime import cgroups, sandbox, seccomp
+from rlscale.runtime import cgroups, sandbox, sandbox_boot, seccomp
 
 NAMESPACES = sandbox.probe()
 needs_namespaces = pytest.mark.skipif(NAMESPACES is not None,
@@ -103,7 +103,7 @@ def test_the_callers_keyring_is_out_of_reach(tmp_path):
     """A key in the caller's session keyring: the code cannot find or read it, and a key the
     code tries to leave does not reach the caller."""
     add_key = ADD_KEY_SYSCALL.get(platform.machine())
-    keyctl = sandbox.KEYCTL_SYSCALL.get(platform.machine())
+    keyctl = sandbox_boot.KEYCTL_SYSCALL.get(platform.machine())
     if add_key is None or keyctl is None:
         pytest.skip(f"no keyctl syscall numbers for {platform.machine()}")
     probe_code = (
