@@ -97,8 +97,9 @@ def quickstart(
         out: Annotated[Path | None, typer.Option(
             help="where everything is written (default runs/quickstart, runs/reasoning)")] = None,
         tiny: Annotated[bool, typer.Option(
-            "--tiny", help="the same pipeline at a smoke-test budget: about a minute, into "
-            "runs/quickstart_tiny (shows the outputs, not the measured lift)")] = False,
+            "--tiny", help="the same pipeline at a smoke-test budget, into runs/quickstart_tiny "
+            "(arithmetic: about a minute on an idle 2-core machine; reasoning: several); it "
+            "shows the outputs, not the measured lift")] = False,
 ) -> None:
     """Build a tiny model, SFT it, measure, improve it with GRPO, measure again."""
     from .rlvr.quickstart import run_quickstart

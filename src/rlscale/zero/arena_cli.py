@@ -178,9 +178,10 @@ def arena(
                             f"{done}/{total} games finished, {moves} moves played"))
     audits = None
     if audit:
+        audit_beat = Heartbeat("audit").beat
+
         def audited(done: int, total: int) -> None:
-            if done % 10 == 0 or done == total:
-                typer.echo(f"audited {done}/{total} games", err=True)
+            audit_beat(f"{done}/{total} games audited")
 
         audits = audit_match(result, progress=audited)
     if as_json:
@@ -197,7 +198,8 @@ def arena(
     typer.echo(f"W/D/L {result.wins}/{result.draws}/{result.losses}  "
                f"(moving first {'/'.join(map(str, result.as_first))}, "
                f"second {'/'.join(map(str, result.as_second))})")
-    typer.echo(f"score {100 * result.score:.1f}%  Elo {elo} (95% CI)")
+    interval = "" if "bound" in str(elo) else " (95% CI)"  # an infinite estimate names its bound
+    typer.echo(f"score {100 * result.score:.1f}%  Elo {elo}{interval}")
     if audits is not None:
         typer.echo(audit_table(audits, result.agent_a, result.agent_b))
 
