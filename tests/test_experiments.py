@@ -554,6 +554,21 @@ def test_windowed_means_fill_windows_without_a_value():
     assert windowed([{"step": 3, "x": 4.0}], "x", 4, 2) == ([1.5, 3.5], [4.0, 4.0])
 
 
+def test_shared_arm_builders_and_per_seed_figures():
+    from rlscale.experiments.setup import Arm, ZeroArm
+    from rlscale.experiments.spec import ZeroBudget, grpo_arms, zero_arms
+    from rlscale.experiments.stats import by_seed
+
+    assert grpo_arms(5, {"a": ("x=1",), "b": ()}, "lr=2") == [
+        Arm("a", ("train.steps=5", "lr=2", "x=1")), Arm("b", ("train.steps=5", "lr=2"))]
+    budget = ZeroBudget(iterations=3, overrides=("y=1",))
+    assert zero_arms("c.yaml", budget) == [ZeroArm("alphazero", "c.yaml",
+                                                   ("train.iterations=3", "y=1"))]
+    assert zero_arms("c.yaml", budget, {"m": ("z=0",)})[0].overrides == (
+        "train.iterations=3", "y=1", "z=0")
+    assert by_seed([{"p": 0.1, "n": 3}, {"p": 0.2, "n": 4}]) == {"p": [0.1, 0.2], "n": [3, 4]}
+
+
 def test_gspo_buckets_and_slopes():
     assert gspo_ratio_variance.bucket_edges(list(range(1, 9))) == [2, 4, 6, 8]
     assert gspo_ratio_variance.bucket_edges([5] * 8) == [5]  # one length: one bucket

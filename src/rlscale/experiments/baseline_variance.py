@@ -33,7 +33,7 @@ from ..rlvr import objectives
 from ..rlvr.logprobs import completion_logprobs
 from ..rlvr.model import load_model
 from .measure import policy_batch, rollout_source
-from .plots import plt, save_figure
+from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, arm_config
 from .spec import Experiment, Numbers
@@ -65,6 +65,11 @@ class Settings:
     batches: int       # independent batches per group size (K)
 
 
+SETUP = ("No training: on the SFT base, independent batches of N completions (N/G prompts x "
+         "G, the loop's sampler and verifier) for G in {2, 4, 8, 16}; for each batch the "
+         "gradient of the run's surrogate loss with four advantages on the same samples "
+         "(raw reward, group mean, leave-one-out, group mean / std); the trace of the "
+         "gradient covariance across batches, and its share of E|g|^2.")
 SETTINGS = {"quick": Settings(completions=16, batches=6),
             "full": Settings(completions=32, batches=32)}
 
@@ -239,18 +244,11 @@ def plot(numbers: Numbers, out: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(g) for g in sizes])
         ax.set_xlabel(f"group size G ({numbers['completions']} completions per batch)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     fig.suptitle(f"policy-gradient variance on the SFT base, mean ± SE over {n_seeds} seed(s)")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("No training: on the SFT base, independent batches of N completions (N/G prompts x "
-           "G, the loop's sampler and verifier) for G in {2, 4, 8, 16}; for each batch the "
-           "gradient of the run's surrogate loss with four advantages on the same samples "
-           "(raw reward, group mean, leave-one-out, group mean / std); the trace of the "
-           "gradient covariance across batches, and its share of E|g|^2."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=6)  # 2 seeds x 4 G x 32 batches of 32 (~1.4 s each: sampling, a forward, 4 backwards)
+# minutes: 2 seeds x 4 G x 32 batches of 32 (~1.4 s each: sampling, a forward, 4 backwards)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=6)

@@ -11,13 +11,20 @@ eps_low = 0.2). Here both arms reuse each batch for 4 epochs x 4 minibatches (as
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 
-from .clipping import SETTINGS, measure_reuse_arms, plot_reuse_arms, reuse_arms
-from .record import Analysis, Table
-from .setup import Arm, Context, TrainedArm
+from .clipping import (
+    SETTINGS,
+    measure_reuse_arms,
+    plot_reuse_arms,
+    reuse_arms,
+    reuse_table,
+    step_mean_effect,
+)
+from .record import Analysis
+from .setup import Arm
 from .spec import Experiment, Numbers
-from .stats import cell, paired
+from .stats import paired
 from .verdict import Effect
 
 NAME = "clip_higher"
@@ -26,34 +33,31 @@ CLAIM = ("DAPO's clip-higher (upper clip 0.28, lower 0.2) keeps the policy's ent
 ARMS = {"symmetric": ("loss.clip_low=0.2", "loss.clip_high=0.2"),
         "clip_higher": ("loss.clip_low=0.2", "loss.clip_high=0.28")}
 CURVES = ("policy/entropy", "clip/high_frac", "clip/low_frac", "policy/kl_new_old")
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml, lr 1e-4) from the SFT base, each batch reused "
+         "for train.epochs=4 x train.minibatches=4; loss.clip_low = 0.2 with "
+         "loss.clip_high = 0.2 (symmetric) against 0.28 (clip-higher), the same seeds.")
 
 
 def arms(scale: str) -> list[Arm]:
     return reuse_arms(scale, ARMS)
 
 
-def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
-    return measure_reuse_arms(ctx, trained, CURVES)
-
-
 def analyse(numbers: Numbers) -> Analysis:
     sym, higher = numbers["arms"]["symmetric"], numbers["arms"]["clip_higher"]
     entropy, high = "policy/entropy", "clip/high_frac"
     effects = [
-        Effect("entropy per token, mean over steps: clip-higher - symmetric",
-               paired(sym["means"][entropy], higher["means"][entropy]), expected_sign=+1),
+        step_mean_effect("entropy per token, mean over steps: clip-higher - symmetric",
+                         entropy, sym, higher, +1),
         Effect("pass@1: clip-higher - symmetric", paired(sym["pass@1"], higher["pass@1"]),
                expected_sign=+1, min_effect=0.01, primary=False),
-        Effect("share of tokens clipped at the upper bound: clip-higher - symmetric",
-               paired(sym["means"][high], higher["means"][high]), expected_sign=-1,
-               primary=False),
+        step_mean_effect("share of tokens clipped at the upper bound: clip-higher - symmetric",
+                         high, sym, higher, -1, primary=False),
     ]
-    rows = [[label, cell(arm["means"][entropy]), cell(arm["means"][high], 4),
-             cell(arm["means"]["clip/low_frac"], 4), cell(arm["means"]["policy/kl_new_old"], 4),
-             cell(arm["pass@1"])]
-            for label, arm in (("symmetric 0.2 / 0.2", sym), ("clip-higher 0.2 / 0.28", higher))]
-    table = Table(["clip (low / high)", "entropy", "clipped above", "clipped below",
-                   "KL(old, new) per step", "pass@1"], rows)
+    table = reuse_table("clip (low / high)",
+                        [("symmetric 0.2 / 0.2", sym), ("clip-higher 0.2 / 0.28", higher)],
+                        [("entropy", entropy, 3), ("clipped above", high, 4),
+                         ("clipped below", "clip/low_frac", 4),
+                         ("KL(old, new) per step", "policy/kl_new_old", 4)])
     notes = [f"held-out `test` pass@1: {numbers['prompts']} prompts x {numbers['samples']} "
              "samples per model and seed; the other figures are means over the run's steps. "
              "`clip/high_frac` is the share of tokens with A > 0 whose ratio passed 1 + "
@@ -67,14 +71,10 @@ def analyse(numbers: Numbers) -> Analysis:
     return Analysis(effects, table, notes)
 
 
-def plot(numbers: Numbers, out: Path) -> Path:
-    return plot_reuse_arms(numbers, out, CURVES)
+# clipping's measurement and figure, of this experiment's curves
+measure = partial(measure_reuse_arms, curves=CURVES)
+plot = partial(plot_reuse_arms, curves=CURVES)
 
-
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml, lr 1e-4) from the SFT base, each batch reused "
-           "for train.epochs=4 x train.minibatches=4; loss.clip_low = 0.2 with "
-           "loss.clip_high = 0.2 (symmetric) against 0.28 (clip-higher), the same seeds."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=27)  # as clipping: 4 x 60 steps of 16 updates, ~7 s each (fp32) + measuring
+# minutes: as clipping's, 4 x 60 steps of 16 updates, ~7 s each (fp32) + measuring
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=27)

@@ -11,14 +11,14 @@ held-out pass@1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from .measure import pass_at
-from .plots import band, bars, plt, save_figure
+from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
-from .spec import Experiment, Numbers
+from .spec import Experiment, HeldOutBudget, Numbers, grpo_arms
 from .stats import cell, paired
 from .verdict import Effect
 
@@ -31,17 +31,11 @@ NO_CLIP = 1e6   # 1 - 1e6 < 0 < ratio < 1 + 1e6: the clip never binds
 ARMS = {"clip": ("loss.clip_low=0.2", "loss.clip_high=0.2"),
         "no_clip": (f"loss.clip_low={NO_CLIP:g}", f"loss.clip_high={NO_CLIP:g}")}
 CURVES = ("policy/kl_new_old", "clip/frac", "ratio/max", "policy/entropy")
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # held-out prompts for pass@1
-    samples: int
-
-
-SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=4),
-            "full": Settings(steps=60, prompts=200, samples=4)}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml, lr 1e-4) from the SFT base, each batch reused "
+         "for train.epochs=4 x train.minibatches=4; loss.clip_low = loss.clip_high = 0.2 against "
+         f"{NO_CLIP:g} (never binds), the same seeds.")
+SETTINGS = {"quick": HeldOutBudget(steps=4, prompts=32, samples=4),
+            "full": HeldOutBudget(steps=60, prompts=200, samples=4)}
 # The reasoning config's learning rate at both budgets (the quick scale raises it to learn in
 # a few steps; 16 updates per batch at that rate wreck the policy with or without a clip).
 LR = "train.lr=1e-4"
@@ -49,15 +43,14 @@ LR = "train.lr=1e-4"
 
 def reuse_arms(scale: str, clips: dict[str, tuple[str, ...]]) -> list[Arm]:
     """One arm per entry of `clips` (its clip overrides), each reusing every batch 4 x 4."""
-    steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, LR, *REUSE, *clip)) for name, clip in clips.items()]
+    return grpo_arms(SETTINGS[scale].steps, clips, LR, *REUSE)
 
 
 def arms(scale: str) -> list[Arm]:
     return reuse_arms(scale, ARMS)
 
 
-def measure_reuse_arms(ctx: Context, trained: dict[str, list[TrainedArm]],
+def measure_reuse_arms(ctx: Context, trained: dict[str, list[TrainedArm]], *,
                        curves: tuple[str, ...]) -> Numbers:
     """Each arm's held-out pass@1 per seed, and the loop's `curves` per step and their means."""
     s = SETTINGS[ctx.scale.name]
@@ -79,28 +72,38 @@ def measure_reuse_arms(ctx: Context, trained: dict[str, list[TrainedArm]],
     return {"seeds": list(ctx.seeds), "prompts": s.prompts, "samples": s.samples, "arms": out}
 
 
-def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
-    return measure_reuse_arms(ctx, trained, CURVES)
+measure = partial(measure_reuse_arms, curves=CURVES)
+
+
+def step_mean_effect(name: str, key: str, a: dict, b: dict, expected_sign: int,
+                     **judged) -> Effect:
+    """Arm `b` - arm `a` in a per-step figure's mean over the run (paired by seed)."""
+    return Effect(name, paired(a["means"][key], b["means"][key]), expected_sign, **judged)
+
+
+def reuse_table(first: str, arms: list[tuple[str, dict]],
+                columns: list[tuple[str, str, int]]) -> Table:
+    """One row per (label, arm): the means over steps of `columns` (heading, metric, digits),
+    then the held-out pass@1; `first` heads the labels."""
+    rows = [[label, *(cell(arm["means"][key], digits) for _, key, digits in columns),
+             cell(arm["pass@1"])] for label, arm in arms]
+    return Table([first, *(heading for heading, _, _ in columns), "pass@1"], rows)
 
 
 def analyse(numbers: Numbers) -> Analysis:
     clip, free = numbers["arms"]["clip"], numbers["arms"]["no_clip"]
     kl, ratio = "policy/kl_new_old", "ratio/max"
     effects = [
-        Effect("KL(old, new) per step, mean over steps: clip - no clip",
-               paired(free["means"][kl], clip["means"][kl]), expected_sign=-1),
+        step_mean_effect("KL(old, new) per step, mean over steps: clip - no clip", kl, free,
+                         clip, -1),
         Effect("pass@1: clip - no clip", paired(free["pass@1"], clip["pass@1"]),
                expected_sign=+1, min_effect=0.01),
-        Effect("largest ratio pi/pi_old, mean over steps: clip - no clip",
-               paired(free["means"][ratio], clip["means"][ratio]), expected_sign=-1,
-               primary=False),
+        step_mean_effect("largest ratio pi/pi_old, mean over steps: clip - no clip", ratio,
+                         free, clip, -1, primary=False),
     ]
-    rows = [[name.replace("_", " "), cell(arm["means"][kl], 4), cell(arm["means"]["clip/frac"], 4),
-             cell(arm["means"][ratio], 2), cell(arm["means"]["policy/entropy"]),
-             cell(arm["pass@1"])]
-            for name, arm in (("clip 0.2", clip), ("no_clip", free))]
-    table = Table(["objective", "KL(old, new) per step", "clip fraction", "largest ratio",
-                   "entropy", "pass@1"], rows)
+    table = reuse_table("objective", [("clip 0.2", clip), ("no clip", free)],
+                        [("KL(old, new) per step", kl, 4), ("clip fraction", "clip/frac", 4),
+                         ("largest ratio", ratio, 2), ("entropy", "policy/entropy", 3)])
     notes = [f"held-out `test` pass@1: {numbers['prompts']} prompts x {numbers['samples']} "
              "samples per model and seed; the per-step figures are means over the run's "
              "steps. KL(old, new) is `policy/kl_new_old`: KL(pi_old || pi_new) per token "
@@ -119,7 +122,7 @@ def analyse(numbers: Numbers) -> Analysis:
     return Analysis(effects, table, notes)
 
 
-def plot_reuse_arms(numbers: Numbers, out: Path, curves: tuple[str, ...],
+def plot_reuse_arms(numbers: Numbers, out: Path, *, curves: tuple[str, ...],
                     log_first: bool = False) -> Path:
     """Three of the loop's curves per step (mean ± SE over seeds) and the final pass@1 bars."""
     arms_ = numbers["arms"]
@@ -129,22 +132,15 @@ def plot_reuse_arms(numbers: Numbers, out: Path, curves: tuple[str, ...],
             band(ax, arm["steps"][key], arm["curves"][key], name.replace("_", " "))
         ax.set_xlabel("step")
         ax.set_title(f"{key} (mean ± SE over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     if log_first:
         axes[0][0].set_yscale("log")
     bars(axes[1][1], list(arms_), [arm["pass@1"] for arm in arms_.values()], "held-out pass@1")
     return save_figure(fig, out)
 
 
-def plot(numbers: Numbers, out: Path) -> Path:
-    return plot_reuse_arms(numbers, out, CURVES, log_first=True)
+plot = partial(plot_reuse_arms, curves=CURVES, log_first=True)
 
-
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml, lr 1e-4) from the SFT base, each batch reused "
-           "for train.epochs=4 x train.minibatches=4; loss.clip_low = loss.clip_high = 0.2 against "
-           f"{NO_CLIP:g} (never binds), the same seeds."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=27)  # measured 26.9 min (fp32, 2026-12-03): 4 x 60 steps of 16 updates, ~7 s each
+# minutes: measured 26.9 (fp32, 2026-12-03): 4 x 60 steps of 16 updates, ~7 s each
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=27)

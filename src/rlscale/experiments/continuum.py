@@ -30,7 +30,7 @@ from ..rlvr.config import RLVRConfig
 from ..rlvr.model import count_parameters, load_model
 from ..runtime import checkpoint as ckpt
 from .measure import by_level, pass_at, run_task
-from .plots import plt, save_figure
+from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import (
     CONFIGS,
@@ -66,6 +66,12 @@ class Settings:
     teacher_lr: float
 
 
+SETUP = ("From the SFT base: SFT and DFT on the careful demonstrator's traces (every step "
+         "checked, every trace right), on-policy distillation (objective opd) from a teacher "
+         "(the base fine-tuned on 400 batches of those traces), and GRPO on the verifier "
+         "alone, each 48 steps of 128 sequences with GRPO's learning rate; pass@1 on test, "
+         "on its longest chains and on the rule-change ood split, every 16 steps, against "
+         "tokens generated, positions trained and FLOPs.")
 SETTINGS = {"quick": Settings(steps=4, every=2, prompts=16, samples=2, teacher_steps=8,
                               teacher_lr=1e-3),
             "full": Settings(steps=48, every=16, prompts=400, samples=2, teacher_steps=400,
@@ -318,19 +324,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
         ax.set_ylabel("pass@1")
         ax.set_title("in distribution (test)" if split == "test"
                      else "rule change (ood: a term with the digit 7)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("From the SFT base: SFT and DFT on the careful demonstrator's traces (every step "
-           "checked, every trace right), on-policy distillation (objective opd) from a teacher "
-           "(the base fine-tuned on 400 batches of those traces), and GRPO on the verifier "
-           "alone, each 48 steps of 128 sequences with GRPO's learning rate; pass@1 on test, "
-           "on its longest chains and on the rule-change ood split, every 16 steps, against "
-           "tokens generated, positions trained and FLOPs."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=35)  # teacher ~4 min; per seed SFT+DFT ~3, OPD ~5, GRPO ~4; measuring ~6 (43.7
-    # measured on the AVX2 EPYC beside another job)
+# minutes: teacher ~4 min; per seed SFT+DFT ~3, OPD ~5, GRPO ~4; measuring ~6 (43.7
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=35)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import pass_at
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
-from .spec import Experiment, Numbers
+from .spec import Experiment, Numbers, grpo_arms
 from .stats import cell, paired
 from .verdict import Effect
 
@@ -42,6 +42,10 @@ class Settings:
     samples: int
 
 
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with loss.dynamic_sampling "
+         "false and true (up to rollout.max_extra_draws = 4 extra draws of prompts per "
+         "step), the same seeds; the loop's held-out eval every few steps against steps and "
+         "against generated tokens, and the final models' pass@1.")
 SETTINGS = {"quick": Settings(steps=4, eval_every=2, eval_prompts=16, eval_samples=2,
                               prompts=32, samples=4),
             "full": Settings(steps=80, eval_every=10, eval_prompts=200, eval_samples=2,
@@ -50,9 +54,8 @@ SETTINGS = {"quick": Settings(steps=4, eval_every=2, eval_prompts=16, eval_sampl
 
 def arms(scale: str) -> list[Arm]:
     s = SETTINGS[scale]
-    common = (f"train.steps={s.steps}", f"eval.every={s.eval_every}",
-              f"eval.prompts={s.eval_prompts}", f"eval.samples={s.eval_samples}")
-    return [Arm(name, (*common, *extra)) for name, extra in ARMS.items()]
+    return grpo_arms(s.steps, ARMS, f"eval.every={s.eval_every}",
+                     f"eval.prompts={s.eval_prompts}", f"eval.samples={s.eval_samples}")
 
 
 def cumulative(values: list[float]) -> list[float]:
@@ -159,16 +162,14 @@ def analyse(numbers: Numbers) -> Analysis:
 
 
 def plot(numbers: Numbers, out: Path) -> Path:
-    arms_ = numbers["arms"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for name, arm in arms_.items():
+    for i, (name, arm) in enumerate(numbers["arms"].items()):  # colour i: the arm's
         curves = arm["curves"]
         label = f"dynamic sampling {name}"
         band(axes[0], curves[0]["steps"], [c["pass@1"] for c in curves], label, marker="o")
-        for i, c in enumerate(curves):  # the tokens differ per seed: one line each
-            axes[1].plot(c["tokens"], c["pass@1"], marker="o", alpha=0.8,
-                         color=f"C{list(arms_).index(name)}",
-                         label=label if i == 0 else None)
+        for j, c in enumerate(curves):  # the tokens differ per seed: one line each
+            axes[1].plot(c["tokens"], c["pass@1"], marker="o", alpha=0.8, color=f"C{i}",
+                         label=label if j == 0 else None)
         if name == "on":
             band(axes[2], arm["steps"], arm["dropped_curve"], "groups dropped (on)")
     axes[0].set_xlabel("training step")
@@ -179,17 +180,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     axes[1].set_title("pass@1 against generated tokens (each seed)")
     axes[2].set_xlabel("training step")
     axes[2].set_title("share of drawn groups dropped (all rewards equal)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    tidy(*axes)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with loss.dynamic_sampling "
-           "false and true (up to rollout.max_extra_draws = 4 extra draws of prompts per "
-           "step), the same seeds; the loop's held-out eval every few steps against steps and "
-           "against generated tokens, and the final models' pass@1."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=17)  # measured 17.4 min (fp32, 2026-12-03): 2 seeds x 80 steps off and on (2.1x the tokens)
+# minutes: measured 17.4 min (fp32, 2026-12-03): 2 seeds x 80 steps off and on (2.1x the tokens)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=17)

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .measure import forking, pass_at, run_task
-from .plots import plt, save_figure
+from .plots import bars, grouped_bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm
-from .spec import Experiment, Numbers
-from .stats import cell, curve, paired
+from .spec import Experiment, HeldOutBudget, Numbers, grpo_arms
+from .stats import cell, paired
 from .verdict import Effect
 
 NAME = "forking_tokens"
@@ -32,13 +32,15 @@ CLAIM = ("RLVR's update lands on high-entropy forking tokens: the base's top 20%
 RHO = 0.2
 ARMS = {"full": (), "top20": (f"loss.entropy_top_rho={RHO}",)}
 LABELS = {"full": "full update", "top20": f"top {RHO:.0%} entropy tokens only"}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with the full policy gradient "
+         f"and with it restricted to the top {RHO:.0%} of tokens by entropy "
+         "(loss.entropy_top_rho), the same seeds; on the base's own held-out samples, the "
+         "share of |log p_trained - log p_base| on the base's top tokens by entropy against "
+         "random masks of the same size, the tokens that are forks, and pass@1.")
 
 
 @dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int          # held-out prompts for pass@1
-    samples: int          # per prompt
+class Settings(HeldOutBudget):
     fork_prompts: int     # held-out prompts the base samples for the change measurement
     fork_samples: int
 
@@ -49,8 +51,7 @@ SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=2, fork_prompts=16, f
 
 
 def arms(scale: str) -> list[Arm]:
-    steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, *overrides)) for name, overrides in ARMS.items()]
+    return grpo_arms(SETTINGS[scale].steps, ARMS)
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
@@ -123,32 +124,18 @@ def plot(numbers: Numbers, out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     names = list(ARMS)
-    for offset, (key, label) in enumerate((("top_share", f"top {rho:.0%} by entropy"),
-                                          ("random_share", f"random {rho:.0%}"))):
-        stats = [curve([[v] for v in a[n][key]]) for n in names]
-        ax.bar([i + 0.4 * offset for i in range(len(names))], [m[0] for m, _ in stats],
-               width=0.4, yerr=[s[0] for _, s in stats], capsize=4, label=label)
-    ax.set_xticks([i + 0.2 for i in range(len(names))], [LABELS[n] for n in names],
-                  fontsize=8)
+    grouped_bars(ax, [LABELS[n] for n in names],
+                 [(label, [a[n][key] for n in names])
+                  for key, label in (("top_share", f"top {rho:.0%} by entropy"),
+                                     ("random_share", f"random {rho:.0%}"))])
     ax.axhline(rho, color="grey", lw=0.8, ls="--")
     ax.set_title("share of the log-prob change from the base (mean ± SE)")
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    stats = [curve([[v] for v in a[n]["pass@1"]]) for n in names]
-    ax.bar(range(len(names)), [m[0] for m, _ in stats], yerr=[s[0] for _, s in stats],
-           capsize=6, tick_label=[LABELS[n] for n in names])
-    ax.set_title("held-out pass@1 (mean ± SE)")
-    ax.grid(alpha=0.3, axis="y")
+    tidy(ax, axis="y")
+    bars(axes[1], [LABELS[n] for n in names], [a[n]["pass@1"] for n in names], "held-out pass@1",
+         spread="mean ± SE")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with the full policy gradient "
-           f"and with it restricted to the top {RHO:.0%} of tokens by entropy "
-           "(loss.entropy_top_rho), the same seeds; on the base's own held-out samples, the "
-           "share of |log p_trained - log p_base| on the base's top tokens by entropy against "
-           "random masks of the same size, the tokens that are forks, and pass@1."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=13)  # measured 12.8 min (fp32, 2026-12-03): 4 x 100 GRPO steps + evals
+# minutes: measured 12.8 (fp32, 2026-12-03): 4 x 100 GRPO steps + evals
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=13)

@@ -27,10 +27,10 @@ from ..zero.games.base import Game
 from ..zero.games.tictactoe import TicTacToe
 from ..zero.network import PolicyValueNet, load_network, network_for
 from .game_grpo import GRPOGameSettings, Progress, train_grpo
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm
-from .spec import Experiment, Numbers
+from .spec import QUICK_SELFPLAY, Experiment, Numbers, ZeroBudget, zero_arms
 from .stats import cell, paired
 from .tictactoe_exact import judge_raw_policy
 from .verdict import Effect
@@ -45,17 +45,21 @@ SCORE_POINTS = 10           # the GRPO curve: the raw policy judged at every ten
 
 
 @dataclass(frozen=True)
-class Settings:
-    iterations: int             # the AlphaZero arm's
-    overrides: tuple[str, ...]  # on configs/zero/tictactoe.yaml, beside the iterations
+class Settings(ZeroBudget):
     positions: int              # GRPO: start positions per step
     group: int                  # GRPO: games from each
 
 
+SETUP = ("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml, 32 simulations a move) for "
+         "8 iterations of 128 games; GRPO from a fresh network of the same shape, groups of "
+         "8 games from each of 64 random openings a step (both sides sampled from the "
+         "policy, reward = the outcome for the start player, group-mean baseline with std "
+         "normalisation, one on-policy update), until it has evaluated as many positions "
+         "as that seed's AlphaZero self-play; both raw policies judged against the exact "
+         "solution.")
 SETTINGS = {
     "quick": Settings(iterations=2, positions=16, group=4, overrides=(
-        "mcts.simulations=8", "selfplay.concurrent_games=16", "selfplay.games_per_iteration=16",
-        "train.min_replay=64", "train.batch_size=64", "checkpoint.every=1")),
+        *QUICK_SELFPLAY, "checkpoint.every=1")),
     # As zero_value_target's and zero_prior's full runs: ~1,000 AlphaZero games, early in
     # the recipe (perfect play comes at ~30 iterations).
     "full": Settings(iterations=8, positions=64, group=8, overrides=("checkpoint.every=4",)),
@@ -63,8 +67,7 @@ SETTINGS = {
 
 
 def arms(scale: str) -> list[ZeroArm]:
-    s = SETTINGS[scale]
-    return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
+    return zero_arms(CONFIG, SETTINGS[scale])
 
 
 def selfplay_evaluations(run: TrainedZeroArm) -> int:
@@ -190,25 +193,16 @@ def plot(numbers: Numbers, out: Path) -> Path:
     ax.scatter([budget], [mean_az], color="C1", zorder=3, label="AlphaZero's final raw policy")
     ax.set_xlabel("network evaluations while playing (AlphaZero: simulations)")
     ax.set_title("share of positions where the raw policy's move is optimal")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    tidy(ax)
     ax = axes[1]
     labels = ["AlphaZero", "GRPO"]
     means = [sum(a["raw_lost"]) / len(a["raw_lost"]) for a in (az, grpo)]
     ax.bar(range(2), means, tick_label=labels, color=["C1", "C0"])
     ax.set_title("raw policy: share of a perfect player's games lost")
-    ax.grid(alpha=0.3, axis="y")
+    tidy(ax, axis="y", legend=False)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml, 32 simulations a move) for "
-           "8 iterations of 128 games; GRPO from a fresh network of the same shape, groups of "
-           "8 games from each of 64 random openings a step (both sides sampled from the "
-           "policy, reward = the outcome for the start player, group-mean baseline with std "
-           "normalisation, one on-policy update), until it has evaluated as many positions "
-           "as that seed's AlphaZero self-play; both raw policies judged against the exact "
-           "solution."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=4, needs_base=False)  # measured 3.8 min with --seeds 4 (2026-12-03, 2 threads)
+# minutes: measured 3.8 min with --seeds 4 (2026-12-03, 2 threads)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=4, needs_base=False)

@@ -26,10 +26,11 @@ from ..zero.games.connect4 import Connect4
 from ..zero.network import PolicyValueNet
 from ..zero.perfect_play import AGREEMENT_FILES
 from .grpo_vs_zero import SCORE_POINTS, grpo_at_budget, zero_costs
-from .plots import band, plt, save_figure
+from .grpo_vs_zero import Settings as GRPOvsZeroBudget
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
-from .spec import Experiment, Numbers
+from .spec import QUICK_SELFPLAY, Experiment, Numbers, zero_arms
 from .stats import cell, mean, paired
 from .verdict import Effect, estimate
 from .zero_compute import QUICK_NETWORK, agreement_share
@@ -44,25 +45,27 @@ PLAYERS = ("alphazero", "grpo")
 
 
 @dataclass(frozen=True)
-class Settings:
-    iterations: int              # the AlphaZero arm's
-    overrides: tuple[str, ...]   # on configs/zero/connect4.yaml, beside the iterations
-    positions: int               # GRPO: start positions per step
-    group: int                   # GRPO: games from each
+class Settings(GRPOvsZeroBudget):
     judged: int                  # benchmark positions per agreement file
     simulations: int             # the small search both networks are also judged with
     games: int                   # games per Elo pairing
     anchors: tuple[str, ...]     # fixed players (arena specs); the first is rated 0
 
 
+SETUP = ("AlphaZero on Connect Four (configs/zero/connect4.yaml, Gumbel search with 32 "
+         "simulations a move) for 2 iterations of 256 games; GRPO from a fresh network of "
+         "the same shape, groups of 8 games from each of 32 random openings a step (both "
+         "sides sampled from the policy, reward = the outcome for the start player, "
+         "group-mean baseline with std normalisation, one on-policy update), until it has "
+         "evaluated as many positions as that seed's AlphaZero self-play; both raw policies "
+         "judged by solver agreement on 1,500 benchmark positions and rated with random "
+         "play and pure MCTS (25 and 100 playouts) in one Elo fit, 40 games per pairing.")
 SETTINGS = {
     # One thread: the quick network's calls are a few positions each, where a second thread
     # buys nothing and, on a busy machine, costs several times the call.
     "quick": Settings(iterations=1, positions=8, group=4, judged=20, simulations=4, games=4,
-                      anchors=("random", "mcts:8"), overrides=(
-                          *QUICK_NETWORK, "mcts.simulations=8", "selfplay.concurrent_games=16",
-                          "selfplay.games_per_iteration=16", "train.min_replay=64",
-                          "train.batch_size=64", "train.threads=1")),
+                      anchors=("random", "mcts:8"),
+                      overrides=(*QUICK_NETWORK, *QUICK_SELFPLAY, "train.threads=1")),
     # ~520 games of the recipe, half of zero_compute's: GRPO's learner trains on every move
     # it evaluates (~14x the positions AlphaZero's trains on at this budget), and it is what
     # sets most of the wall time (21.4 minutes for 2 seeds on the AVX2 EPYC).
@@ -73,8 +76,7 @@ SETTINGS = {
 
 
 def arms(scale: str) -> list[ZeroArm]:
-    s = SETTINGS[scale]
-    return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
+    return zero_arms(CONFIG, SETTINGS[scale])
 
 
 def raw_policy(net: PolicyValueNet) -> NetworkAgent:
@@ -200,8 +202,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
                label="AlphaZero's final raw policy")
     ax.set_xlabel("network evaluations while playing (AlphaZero: simulations)")
     ax.set_title("share of positions where the raw policy keeps the solver's value")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    tidy(ax)
     ax = axes[1]
     labels = ["AlphaZero", "GRPO", *numbers["anchors"]]
     elo = [az["elo"], grpo["elo"], *([v[0] for v in numbers["anchor_elo"][name]]
@@ -213,23 +214,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel(f"Elo ({numbers['anchors'][0]} = 0)")
     ax.set_title("raw policies and anchors in one fit (mean ± SE; dots: seeds)")
-    ax.grid(alpha=0.3, axis="y")
+    tidy(ax, axis="y", legend=False)
     fig.suptitle("GRPO vs AlphaZero at equal network evaluations (Connect Four)")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("AlphaZero on Connect Four (configs/zero/connect4.yaml, Gumbel search with 32 "
-           "simulations a move) for 2 iterations of 256 games; GRPO from a fresh network of "
-           "the same shape, groups of 8 games from each of 32 random openings a step (both "
-           "sides sampled from the policy, reward = the outcome for the start player, "
-           "group-mean baseline with std normalisation, one on-policy update), until it has "
-           "evaluated as many positions as that seed's AlphaZero self-play; both raw policies "
-           "judged by solver agreement on 1,500 benchmark positions and rated with random "
-           "play and pure MCTS (25 and 100 playouts) in one Elo fit, 40 games per pairing."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    # Estimated, 13-17 min for 2 seeds, not yet measured on a free machine: zero_compute's
-    # first two iterations took 88 s a seed; GRPO's ~370k evaluations at 0.7-1.0 ms each,
-    # from one-thread timings beside another run (2026-12-04).
-    minutes=21, needs_base=False)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=21, needs_base=False)

@@ -27,7 +27,7 @@ import torch
 from ..rlvr import objectives
 from ..rlvr.model import load_model
 from .measure import policy_batch, policy_trainer, rollout_source
-from .plots import plt, save_figure
+from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, arm_config
 from .spec import Experiment, Numbers
@@ -51,6 +51,11 @@ class Settings:
     steps: int       # GRPO steps, each measured
 
 
+SETUP = ("No separate training arm: from the SFT base, GRPO steps by the library's trainer "
+         "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32); after each "
+         "step the sequence ratio, GSPO's length-normalised one and the token ratios of the "
+         "new policy to the old on the step's samples; the variance of their logs by length "
+         "quartile.")
 SETTINGS = {"quick": Settings(steps=3), "full": Settings(steps=40)}
 
 
@@ -199,17 +204,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     ax.set_xlabel("completion length (bucket mean, tokens)")
     ax.set_ylabel("variance of log(new / old)")
     ax.set_title(f"ratio variance by length, 4x4 batch reuse ({len(per_seed)} seed(s))")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    tidy(ax, which="both")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("No separate training arm: from the SFT base, GRPO steps by the library's trainer "
-           "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32); after each "
-           "step the sequence ratio, GSPO's length-normalised one and the token ratios of the "
-           "new policy to the old on the step's samples; the variance of their logs by length "
-           "quartile."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=6)  # 2 seeds x 40 steps of 16 updates (~4 s each with sampling and the extra forwards)
+# minutes: 2 seeds x 40 steps of 16 updates (~4 s each with sampling and the extra forwards)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=6)

@@ -10,15 +10,14 @@ is the loop's own `policy/entropy`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import drift, pass_at, run_task
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, series
-from .spec import Experiment, Numbers
-from .stats import cell, curve, mean, paired
+from .spec import Experiment, HeldOutBudget, Numbers, grpo_arms
+from .stats import by_seed, cell, curve, mean, paired
 from .verdict import Effect
 
 NAME = "kl_anchor"
@@ -26,17 +25,13 @@ CLAIM = ("A KL penalty to the reference anchors the policy: a larger beta ends c
          "reference (lower KL) with more entropy left, at some cost in pass@1.")
 BETAS = (0.0, 0.04, 0.2)
 UNGRAMMATICAL = "behaviour/ungrammatical_lines"
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # held-out prompts for pass@1 and for the drift
-    samples: int     # per prompt
-
-
-SETTINGS = {"quick": Settings(steps=6, prompts=32, samples=4),
-            "full": Settings(steps=100, prompts=200, samples=4)}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with loss.kl_coef = 0, 0.04 "
+         "and 0.2 (k3, the base as the frozen reference), the same seeds; each final model "
+         "measured on its own held-out samples: KL to the reference and entropy per token, "
+         "pass@1, ungrammatical lines.")
+# prompts: held-out prompts for pass@1 and for the drift
+SETTINGS = {"quick": HeldOutBudget(steps=6, prompts=32, samples=4),
+            "full": HeldOutBudget(steps=100, prompts=200, samples=4)}
 
 
 def label(beta: float) -> str:
@@ -44,11 +39,11 @@ def label(beta: float) -> str:
 
 
 def arms(scale: str) -> list[Arm]:
-    steps = SETTINGS[scale].steps
-    return [Arm(label(b), (f"train.steps={steps}", f"loss.kl_coef={b:g}")) for b in BETAS]
+    return grpo_arms(SETTINGS[scale].steps, {label(b): (f"loss.kl_coef={b:g}",) for b in BETAS})
 
 
-def _final_figures(path: Path, reference: Path, cfg, seed: int, s: Settings) -> dict[str, float]:
+def _final_figures(path: Path, reference: Path, cfg, seed: int,
+                   s: HeldOutBudget) -> dict[str, float]:
     result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
                      ks=(1,))
     d = drift(path, reference, run_task(cfg), split="test", seed=seed, prompts=s.prompts,
@@ -60,23 +55,16 @@ def _final_figures(path: Path, reference: Path, cfg, seed: int, s: Settings) -> 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    figures = ("pass@1", "ungrammatical", "kl_to_reference", "entropy")
-    out: dict[str, dict] = {}
     first = next(iter(trained.values()))
-    base: dict[str, list[float]] = {f: [] for f in figures}
-    for run in first:  # the base measured like the arms, once per seed
-        for f, v in _final_figures(ctx.base, ctx.base, run.config(), run.seed, s).items():
-            base[f].append(v)
-    out["base"] = base
+    # the base measured like the arms, once per seed
+    out: dict[str, dict] = {"base": by_seed([_final_figures(ctx.base, ctx.base, run.config(),
+                                                           run.seed, s) for run in first])}
     for beta in BETAS:
-        arm: dict = {f: [] for f in figures}
-        arm["entropy_curve"] = []
-        for run in trained[label(beta)]:
-            for f, v in _final_figures(run.final, ctx.base, run.config(), run.seed, s).items():
-                arm[f].append(v)
-            steps, values = series(run.metrics(), "policy/entropy")
-            arm["entropy_curve"].append(values)
-            arm["steps"] = steps
+        runs = trained[label(beta)]
+        arm: dict = by_seed([_final_figures(run.final, ctx.base, run.config(), run.seed, s)
+                             for run in runs])
+        arm["entropy_curve"] = [series(run.metrics(), "policy/entropy")[1] for run in runs]
+        arm["steps"] = series(runs[-1].metrics(), "policy/entropy")[0]
         out[label(beta)] = arm
     return {"betas": list(BETAS), "seeds": list(ctx.seeds), "prompts": s.prompts,
             "samples": s.samples, "arms": out}
@@ -136,24 +124,17 @@ def plot(numbers: Numbers, out: Path) -> Path:
                        linestyle="--", label="base (SFT)")
         ax.set_xlabel("beta (loss.kl_coef)")
         ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     ax = axes[0][1]
     for beta in betas:
         arm = a[label(beta)]
         band(ax, arm["steps"], arm["entropy_curve"], f"beta={beta:g}")
     ax.set_xlabel("step")
     ax.set_title("policy/entropy over training (mean ± SE over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    tidy(ax)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with loss.kl_coef = 0, 0.04 "
-           "and 0.2 (k3, the base as the frozen reference), the same seeds; each final model "
-           "measured on its own held-out samples: KL to the reference and entropy per token, "
-           "pass@1, ungrammatical lines."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=15)  # 6 x 100 GRPO steps (~14 min, a reference forward for beta > 0) + measuring
+# minutes: 6 x 100 GRPO steps (~14 min, a reference forward for beta > 0) + measuring
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=15)

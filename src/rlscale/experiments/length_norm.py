@@ -17,15 +17,14 @@ Measured: the mean length of right and of wrong completions over training (the l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import pass_at
-from .plots import band, plt, save_figure
+from .measure import measure_curve_arms, pass_at
+from .plots import band, grouped_bars, plt, save_figure, tidy
 from .record import Analysis, Table
-from .setup import Arm, Context, TrainedArm, windowed
-from .spec import Experiment, Numbers
-from .stats import cell, curve, mean, paired
+from .setup import Arm, Context, TrainedArm
+from .spec import CurveBudget, Experiment, Numbers, grpo_arms
+from .stats import by_seed, cell, mean, paired
 from .verdict import Effect
 
 NAME = "length_norm"
@@ -36,28 +35,21 @@ AGGREGATIONS = {"per_sequence": "seq-mean-token-mean", "token_mean": "token-mean
                 "constant": "seq-mean-token-sum-norm"}
 LABELS = {"per_sequence": "GRPO 1/|y|", "token_mean": "token mean (DAPO)",
           "constant": "constant (Dr. GRPO)"}
-FIGURES = ("pass@1", "mean_length", "right_length", "wrong_length")
 CURVES = ("length/right_mean", "length/wrong_mean", "length/mean", "reward/mean")
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # held-out prompts for the final models
-    samples: int     # per prompt
-    window: int      # steps per point of the training curves
-
-
-SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=4, window=2),
-            "full": Settings(steps=100, prompts=400, samples=4, window=10)}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml, no KL) from the SFT base with loss.aggregation = "
+         "seq-mean-token-mean (GRPO's 1/|y|), token-mean (DAPO) and seq-mean-token-sum-norm "
+         "(Dr. GRPO, divided by max_new_tokens), the same seeds; lengths of right and wrong "
+         "completions over training and on held-out prompts, and pass@1.")
+SETTINGS = {"quick": CurveBudget(steps=4, prompts=32, samples=4, window=2),
+            "full": CurveBudget(steps=100, prompts=400, samples=4, window=10)}
 
 
 def arms(scale: str) -> list[Arm]:
-    steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, f"loss.aggregation={agg}")) for name, agg in AGGREGATIONS.items()]
+    return grpo_arms(SETTINGS[scale].steps,
+                     {name: (f"loss.aggregation={agg}",) for name, agg in AGGREGATIONS.items()})
 
 
-def final_figures(path: Path, cfg, seed: int, s: Settings) -> dict[str, float]:
+def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict[str, float]:
     """Held-out pass@1 and completion lengths; a side with no completion (none right, or none
     wrong) takes the overall mean length, so that its gap is 0 rather than undefined."""
     result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
@@ -70,25 +62,10 @@ def final_figures(path: Path, cfg, seed: int, s: Settings) -> dict[str, float]:
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    base: dict[str, list[float]] = {f: [] for f in FIGURES}
-    for run in trained["per_sequence"]:  # the base on each seed's prompts
-        for f, v in final_figures(ctx.base, run.config(), run.seed, s).items():
-            base[f].append(v)
-    out: dict[str, dict] = {"base": base}
-    for name in AGGREGATIONS:
-        arm: dict = {f: [] for f in FIGURES}
-        arm["curves"] = {k: [] for k in CURVES}
-        for run in trained[name]:
-            for f, v in final_figures(run.final, run.config(), run.seed, s).items():
-                arm[f].append(v)
-            rows = run.metrics()
-            for key in CURVES:
-                centres, values = windowed(rows, key, s.steps, s.window)
-                arm["curves"][key].append(values)
-                arm["window_centres"] = centres
-        out[name] = arm
-    return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
-            "samples": s.samples, "arms": out}
+    base = by_seed([final_figures(ctx.base, run.config(), run.seed, s)  # on each seed's prompts
+                    for run in trained["per_sequence"]])
+    return measure_curve_arms(ctx, trained, s, AGGREGATIONS, CURVES, final_figures,
+                              first={"base": base})
 
 
 def gap(arm: dict) -> list[float]:
@@ -157,28 +134,16 @@ def plot(numbers: Numbers, out: Path) -> Path:
     for ax in (axes[0][0], axes[0][1], axes[1][0]):
         ax.set_xlabel("training step")
         ax.set_ylabel("tokens")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax = axes[1][1]
+        tidy(ax)
     names = ["base", *AGGREGATIONS]
-    for offset, (key, label) in enumerate((("right_length", "right"),
-                                          ("wrong_length", "wrong"))):
-        stats = [curve([[v] for v in a[n][key]]) for n in names]
-        ax.bar([i + 0.4 * offset for i in range(len(names))], [m[0] for m, _ in stats],
-               width=0.4, yerr=[s[0] for _, s in stats], capsize=4, label=label)
-    ax.set_xticks([i + 0.2 for i in range(len(names))],
-                  ["base"] + [LABELS[n] for n in AGGREGATIONS], fontsize=8)
-    ax.set_title("held-out mean length, final models (mean ± SE)")
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    grouped_bars(axes[1][1], ["base"] + [LABELS[n] for n in AGGREGATIONS],
+                 [(label, [a[n][key] for n in names])
+                  for key, label in (("right_length", "right"), ("wrong_length", "wrong"))])
+    axes[1][1].set_title("held-out mean length, final models (mean ± SE)")
+    tidy(axes[1][1], axis="y")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml, no KL) from the SFT base with loss.aggregation = "
-           "seq-mean-token-mean (GRPO's 1/|y|), token-mean (DAPO) and seq-mean-token-sum-norm "
-           "(Dr. GRPO, divided by max_new_tokens), the same seeds; lengths of right and wrong "
-           "completions over training and on held-out prompts, and pass@1."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=24)  # measured 23.7 min (fp32, 2026-12-03): 6 x 100 GRPO steps + 8 evals
+# minutes: measured 23.7 (fp32, 2026-12-03): 6 x 100 GRPO steps + 8 evals
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=24)

@@ -16,14 +16,13 @@ training, the batches' mean length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import by_level, pass_at
-from .plots import band, plt, save_figure
+from .measure import by_level, measure_curve_arms, pass_at
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
-from .setup import Arm, Context, TrainedArm, windowed
-from .spec import Experiment, Numbers
+from .setup import Arm, Context, TrainedArm
+from .spec import CurveBudget, Experiment, Numbers, grpo_arms
 from .stats import cell, curve, mean, paired
 from .verdict import Effect
 
@@ -38,26 +37,20 @@ PENALTIES = {"none": (), "constant": (f"loss.length_penalty_per_token={PER_TOKEN
 LABELS = {"none": "no penalty", "constant": f"constant ({PER_TOKEN}/token)",
           "adaptive": f"adaptive (strength {ADAPTIVE})"}
 CURVES = ("length/mean", "reward/mean", "length/easy_mean", "length/hard_mean")
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # held-out prompts for the final models
-    samples: int     # per prompt
-    window: int      # steps per point of the training curves
-
-
-SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=2, window=2),
-            "full": Settings(steps=100, prompts=400, samples=4, window=10)}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with no length penalty, a "
+         f"constant {PER_TOKEN} per token (loss.length_penalty_per_token) and the "
+         f"difficulty-adaptive penalty at strength {ADAPTIVE} (loss.adaptive_length_penalty), "
+         "the same seeds; held-out accuracy and mean length by the number of terms, and the "
+         "batches' length over training.")
+SETTINGS = {"quick": CurveBudget(steps=4, prompts=32, samples=2, window=2),
+            "full": CurveBudget(steps=100, prompts=400, samples=4, window=10)}
 
 
 def arms(scale: str) -> list[Arm]:
-    steps = f"train.steps={SETTINGS[scale].steps}"
-    return [Arm(name, (steps, *overrides)) for name, overrides in PENALTIES.items()]
+    return grpo_arms(SETTINGS[scale].steps, PENALTIES)
 
 
-def final_figures(path: Path, cfg, seed: int, s: Settings) -> dict:
+def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict:
     result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
                      ks=(1,))
     return {"pass@1": result.pass_at[1], "mean_length": result.mean_length,
@@ -66,22 +59,8 @@ def final_figures(path: Path, cfg, seed: int, s: Settings) -> dict:
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
-    s = SETTINGS[ctx.scale.name]
-    out: dict[str, dict] = {}
-    for name in PENALTIES:
-        arm: dict = {"pass@1": [], "mean_length": [], "accuracy": [], "length": [],
-                     "curves": {k: [] for k in CURVES}}
-        for run in trained[name]:
-            for key, value in final_figures(run.final, run.config(), run.seed, s).items():
-                arm[key].append(value)
-            rows = run.metrics()
-            for key in CURVES:
-                centres, values = windowed(rows, key, s.steps, s.window)
-                arm["curves"][key].append(values)
-                arm["window_centres"] = centres
-        out[name] = arm
-    return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
-            "samples": s.samples, "arms": out}
+    return measure_curve_arms(ctx, trained, SETTINGS[ctx.scale.name], PENALTIES, CURVES,
+                              final_figures)
 
 
 def levels(numbers: Numbers) -> list[str]:
@@ -160,8 +139,6 @@ def plot(numbers: Numbers, out: Path) -> Path:
             band(ax, a[name]["window_centres"], a[name]["curves"][key], LABELS[name])
         ax.set_xlabel("training step")
         ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     for ax, key, title in ((axes[1][0], "accuracy", "held-out accuracy by difficulty"),
                            (axes[1][1], "length", "held-out mean length by difficulty")):
         x = [int(lv) for lv in ladder]
@@ -170,17 +147,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
             ax.errorbar(x, means, yerr=ses, capsize=4, marker="o", label=LABELS[name])
         ax.set_xlabel("terms in the chain")
         ax.set_title(f"{title} (final models, mean ± SE)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    tidy(*axes.flat)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with no length penalty, a "
-           f"constant {PER_TOKEN} per token (loss.length_penalty_per_token) and the "
-           f"difficulty-adaptive penalty at strength {ADAPTIVE} (loss.adaptive_length_penalty), "
-           "the same seeds; held-out accuracy and mean length by the number of terms, and the "
-           "batches' length over training."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=16)  # measured 16.1 min (fp32, 2026-12-03): 6 x 100 GRPO steps + 6 evals
+# minutes: measured 16.1 (fp32, 2026-12-03): 6 x 100 GRPO steps + 6 evals
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=16)

@@ -15,9 +15,10 @@ for any model, beta = 0 included.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,6 +35,9 @@ from ..rlvr.tasks import Task, examples, make_task
 from ..rlvr.tool_turns import RunnerToolTurns
 from ..rlvr.trainer import PolicyBatch, PolicyTrainer, build_policy_batch
 from ..runtime.device import resolve_compute_dtype
+from .setup import Context, TrainedArm, windowed_curves
+from .spec import CurveBudget, Numbers
+from .stats import by_seed
 
 
 def run_task(cfg: RLVRConfig) -> Task:
@@ -112,6 +116,34 @@ def own_samples(model, tokenizer, task: Task, *, split: str, seed: int, prompts:
 
 
 @dataclass(frozen=True)
+class OwnSamples:
+    """Completions a model sampled itself, scored by it and by a second model."""
+
+    batch: PolicyBatch
+    tokenizer: Any
+    logp: torch.Tensor        # [B, T] the sampling model's per-token log-probs
+    entropy: torch.Tensor     # [B, T] its entropy per token
+    other_logp: torch.Tensor  # [B, T] the second model's log-probs of the same tokens
+
+
+@torch.no_grad()
+def scored_own_samples(sampler_path: Path, other_path: Path, task: Task, *, split: str,
+                       seed: int, prompts: int, samples: int, max_new_tokens: int,
+                       temperature: float) -> OwnSamples:
+    """`prompts` x `samples` completions the model in `sampler_path` samples itself at
+    `temperature`, with its log-probs and entropy and the model in `other_path`'s log-probs."""
+    sampler, tokenizer = load_model(sampler_path)
+    other, _ = load_model(other_path)
+    sampler.eval()
+    other.eval()
+    batch = own_samples(sampler, tokenizer, task, split=split, seed=seed, prompts=prompts,
+                        samples=samples, max_new_tokens=max_new_tokens, temperature=temperature)
+    logp, entropy = completion_logprobs(sampler, batch, temperature, with_entropy=True)
+    other_logp, _ = completion_logprobs(other, batch, temperature)
+    return OwnSamples(batch, tokenizer, logp, entropy, other_logp)
+
+
+@dataclass(frozen=True)
 class Drift:
     kl_to_reference: float   # per completion token, k3 on the model's own samples
     entropy: float           # the model's entropy per completion token, on those samples
@@ -124,18 +156,13 @@ def drift(model_path: Path, reference_path: Path, task: Task, *, split: str = "t
           temperature: float = 1.0) -> Drift:
     """KL(model || reference) and the model's entropy per token, on `prompts` x `samples`
     completions the model samples itself at `temperature`."""
-    model, tokenizer = load_model(model_path)
-    reference, _ = load_model(reference_path)
-    model.eval()
-    reference.eval()
-    batch = own_samples(model, tokenizer, task, split=split, seed=seed, prompts=prompts,
-                        samples=samples, max_new_tokens=max_new_tokens, temperature=temperature)
-    logp, entropy = completion_logprobs(model, batch, temperature, with_entropy=True)
-    ref_logp, _ = completion_logprobs(reference, batch, temperature)
-    mask = batch.mask
-    kl = objectives.kl_penalty(logp, ref_logp, "k3")
+    own = scored_own_samples(model_path, reference_path, task, split=split, seed=seed,
+                             prompts=prompts, samples=samples, max_new_tokens=max_new_tokens,
+                             temperature=temperature)
+    mask = own.batch.mask
+    kl = objectives.kl_penalty(own.logp, own.other_logp, "k3")
     return Drift(kl_to_reference=float(objectives.masked_mean(kl, mask)),
-                 entropy=float(objectives.masked_mean(entropy, mask)),
+                 entropy=float(objectives.masked_mean(own.entropy, mask)),
                  tokens=int(mask.sum()))
 
 
@@ -161,20 +188,16 @@ def forking(model_path: Path, base_path: Path, task: Task, *, rho: float = 0.2,
     falls on the base's top-`rho` tokens by entropy (objectives.top_entropy_mask, the mask
     `loss.entropy_top_rho` trains on), against `draws` random masks of the same size, on
     `prompts` x `samples` completions the base samples itself."""
-    base, tokenizer = load_model(base_path)
-    model, _ = load_model(model_path)
-    base.eval()
-    model.eval()
-    batch = own_samples(base, tokenizer, task, split=split, seed=seed, prompts=prompts,
-                        samples=samples, max_new_tokens=max_new_tokens, temperature=temperature)
-    base_logp, entropy = completion_logprobs(base, batch, temperature, with_entropy=True)
-    logp, _ = completion_logprobs(model, batch, temperature)
+    own = scored_own_samples(base_path, model_path, task, split=split, seed=seed,
+                             prompts=prompts, samples=samples, max_new_tokens=max_new_tokens,
+                             temperature=temperature)
+    batch, entropy = own.batch, own.entropy
     mask = batch.mask > 0
-    change = (logp - base_logp).abs() * mask
+    change = (own.other_logp - own.logp).abs() * mask
     top = objectives.top_entropy_mask(entropy, batch.mask, rho) > 0
     total = float(change.sum())
     random_shares = random_mask_shares(change, mask, int(top.sum()), draws, seed + 1)
-    forks, marked = forking_tokens(tokenizer, batch.completion_ids, mask, top, top_tokens)
+    forks, marked = forking_tokens(own.tokenizer, batch.completion_ids, mask, top, top_tokens)
     return Forking(top_share=float(change[top].sum()) / total if total else 0.0,
                    random_share=sum(random_shares) / len(random_shares),
                    top_entropy=float(entropy[top].mean()),
@@ -215,3 +238,20 @@ def forking_tokens(tokenizer, ids: torch.Tensor, mask: torch.Tensor, top: torch.
         marked.append("".join(pieces))
     forks = sorted(((t, c[0], c[1]) for t, c in counts.items() if c[0]), key=lambda x: -x[1])
     return forks[:most], marked
+
+
+def measure_curve_arms(ctx: Context, trained: dict[str, list[TrainedArm]], s: CurveBudget,
+                       labels: Iterable[str], curves: tuple[str, ...],
+                       final_figures: Callable[[Path, RLVRConfig, int, CurveBudget], dict],
+                       first: dict[str, dict] | None = None) -> Numbers:
+    """Per arm of `labels`: its final models' `final_figures(model, config, seed, s)` per
+    seed and the loop's `curves` over training, in windows; `first`: rows measured otherwise
+    (e.g. the base), before the arms."""
+    out = dict(first or {})
+    for label in labels:
+        runs = trained[label]
+        centres, by_key = windowed_curves(runs, curves, s.steps, s.window)
+        out[label] = {**by_seed([final_figures(run.final, run.config(), run.seed, s)
+                                 for run in runs]), "curves": by_key, "window_centres": centres}
+    return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
+            "samples": s.samples, "arms": out}

@@ -10,14 +10,13 @@ prompts (the eval seed is the training seed), so the differences are paired per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import pass_at
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm
-from .spec import Experiment, Numbers
+from .spec import Experiment, HeldOutBudget, Numbers, grpo_arms
 from .stats import cell, curve, paired
 from .verdict import Effect
 
@@ -26,17 +25,12 @@ CLAIM = ("RL raises pass@1 but not pass@k at large k: with enough samples the ba
          "solves as many prompts as the RL model, and the pass@k curves cross.")
 SPLITS = ("test", "ood")
 MODELS = ("base", "grpo")
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # per split
-    samples: int     # per prompt; the largest k
-
-
-SETTINGS = {"quick": Settings(steps=6, prompts=16, samples=32),
-            "full": Settings(steps=100, prompts=50, samples=256)}
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml, no KL term) from the SFT base; base and GRPO "
+         "model each sampled n times per prompt on `test` and `ood` (temperature 1), "
+         "unbiased pass@k for k = 1, 2, 4, .. n.")
+# prompts: per split; samples: per prompt, the largest k
+SETTINGS = {"quick": HeldOutBudget(steps=6, prompts=16, samples=32),
+            "full": HeldOutBudget(steps=100, prompts=50, samples=256)}
 
 
 def ks_up_to(samples: int) -> tuple[int, ...]:
@@ -44,7 +38,7 @@ def ks_up_to(samples: int) -> tuple[int, ...]:
 
 
 def arms(scale: str) -> list[Arm]:
-    return [Arm("grpo", (f"train.steps={SETTINGS[scale].steps}",))]
+    return grpo_arms(SETTINGS[scale].steps, {"grpo": ()})
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
@@ -113,15 +107,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k")
         ax.set_title(f"{split}: pass@k, mean ± SE over {len(numbers['seeds'])} seed(s)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml, no KL term) from the SFT base; base and GRPO "
-           "model each sampled n times per prompt on `test` and `ood` (temperature 1), "
-           "unbiased pass@k for k = 1, 2, 4, .. n."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=11)  # 2 x 100 GRPO steps (~4 min) + 8 evals of 12,800 samples (~7 min)
+# minutes: 2 x 100 GRPO steps (~4 min) + 8 evals of 12,800 samples (~7 min)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=11)

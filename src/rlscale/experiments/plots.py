@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from ..runtime.figures import save_figure  # noqa: E402
 from .stats import curve  # noqa: E402
 
-__all__ = ["band", "bars", "plt", "save_figure"]
+__all__ = ["band", "bars", "grouped_bars", "plt", "save_figure", "tidy"]
 
 
 def band(ax, x: Sequence[float], per_seed: Sequence[Sequence[float]], label: str,
@@ -26,13 +26,37 @@ def band(ax, x: Sequence[float], per_seed: Sequence[Sequence[float]], label: str
 
 
 def bars(ax, labels: Sequence[str], per_seed: Sequence[Sequence[float]], title: str,
-         colored: bool = False) -> None:
+         colored: bool = False, spread: str = "mean ± SE over seeds") -> None:
     """One bar per arm: the mean of its per-seed values, ± one standard error; `colored`:
-    each arm in its own colour (C0, C1, ... as its curves elsewhere in the figure)."""
+    each arm in its own colour (C0, C1, ... as its curves elsewhere in the figure);
+    `spread`: what the title says the bars show."""
     mean_se = [curve([[v] for v in values]) for values in per_seed]
     style = {"color": [f"C{i}" for i in range(len(labels))]} if colored else {}
     ax.bar(range(len(labels)), [mean[0] for mean, _ in mean_se],
            yerr=[se[0] for _, se in mean_se], capsize=6,
            tick_label=[label.replace("_", " ") for label in labels], **style)
-    ax.set_title(f"{title} (mean ± SE over seeds)")
-    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(f"{title} ({spread})")
+    tidy(ax, axis="y", legend=False)
+
+
+def tidy(*axes, axis: str = "both", which: str = "major", legend: bool = True) -> None:
+    """Every experiment figure's panel style: a light grid (on `axis`: "y" under bars) and,
+    with `legend`, a small legend of what is drawn so far (call it after the labelled lines)."""
+    for ax in axes:
+        ax.grid(alpha=0.3, axis=axis, which=which)
+        if legend:
+            ax.legend(fontsize=8)
+
+
+def grouped_bars(ax, tick_labels: Sequence[str],
+                 groups: Sequence[tuple[str, Sequence[Sequence[float]]]]) -> None:
+    """Side by side at each tick, one bar per group (label, per-seed values of each tick):
+    the mean over seeds, ± one standard error."""
+    width = 0.8 / len(groups)
+    for offset, (label, per_tick) in enumerate(groups):
+        mean_se = [curve([[v] for v in values]) for values in per_tick]
+        ax.bar([i + width * offset for i in range(len(tick_labels))],
+               [mean[0] for mean, _ in mean_se], width=width,
+               yerr=[se[0] for _, se in mean_se], capsize=4, label=label)
+    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(tick_labels))],
+                  tick_labels, fontsize=8)

@@ -126,38 +126,6 @@ class SFTArm:
 
 
 @dataclass(frozen=True)
-class TrainedArm:
-    arm: Arm
-    seed: int
-    run_dir: Path
-    final: Path
-    base: Path                  # the SFT base model it started from
-    overrides: tuple[str, ...]  # everything set on configs/rlvr/reasoning.yaml (paths too)
-    recipe: tuple[str, ...]     # the same without the paths and the progress bar
-
-    def metrics(self) -> list[dict[str, Any]]:
-        return read_metrics(self.run_dir)
-
-    def config(self):
-        """The arm's RLVRConfig, as it was trained."""
-        from ..rlvr.config import RLVRConfig
-
-        return load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(self.overrides))
-
-
-@dataclass(frozen=True)
-class TrainedSFTArm:
-    arm: SFTArm
-    seed: int
-    run_dir: Path
-    final: Path                 # the fine-tuned model (run_dir/final)
-    recipe: tuple[str, ...]     # the overrides on reasoning_sft.yaml, without the paths
-
-    def metrics(self) -> list[dict[str, Any]]:
-        return read_metrics(self.run_dir)
-
-
-@dataclass(frozen=True)
 class ZeroArm:
     """One setting a Zero experiment trains, once per seed: a label, a config under
     configs/zero/ and its overrides (`train.seed` and the run directory are set per run)."""
@@ -168,15 +136,44 @@ class ZeroArm:
 
 
 @dataclass(frozen=True)
-class TrainedZeroArm:
-    arm: ZeroArm
+class TrainedRun:
+    """One arm trained with one seed: its run directory, its final model, and the overrides
+    that made it without the paths (`recipe`). The kinds below narrow `arm` and add what
+    only they know; the field order is the same for all."""
+
+    arm: Arm | SFTArm | ZeroArm
     seed: int
     run_dir: Path
-    final: Path                 # the final model folder (model.json)
-    recipe: tuple[str, ...]     # the overrides on the arm's config, without the paths
+    final: Path                 # the final model folder (RLVR, SFT: HF; Zero: model.json)
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.run_dir)
+
+
+@dataclass(frozen=True)
+class TrainedArm(TrainedRun):
+    arm: Arm
+    base: Path                  # the SFT base model it started from
+    overrides: tuple[str, ...]  # everything set on configs/rlvr/reasoning.yaml (paths too)
+    recipe: tuple[str, ...]     # the same without the paths and the progress bar
+
+    def config(self):
+        """The arm's RLVRConfig, as it was trained."""
+        from ..rlvr.config import RLVRConfig
+
+        return load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(self.overrides))
+
+
+@dataclass(frozen=True)
+class TrainedSFTArm(TrainedRun):
+    arm: SFTArm
+    recipe: tuple[str, ...]     # the overrides on reasoning_sft.yaml, without the paths
+
+
+@dataclass(frozen=True)
+class TrainedZeroArm(TrainedRun):
+    arm: ZeroArm
+    recipe: tuple[str, ...]     # the overrides on the arm's config, without the paths
 
 
 def arm_run_dir(ctx: Context, label: str, seed: int) -> Path:
@@ -381,3 +378,17 @@ def windowed(rows: list[dict[str, Any]], key: str, steps: int,
         last = last if m is None else m
         filled.append(last)
     return centres, filled
+
+
+def windowed_curves(runs: list[Any], keys: tuple[str, ...], steps: int,
+                    width: int) -> tuple[list[float], dict[str, list[list[float]]]]:
+    """Each metric of `keys` as `windowed` curves, one per run (in seed order), and the
+    window centres they share."""
+    centres: list[float] = []
+    curves: dict[str, list[list[float]]] = {key: [] for key in keys}
+    for run in runs:
+        rows = run.metrics()
+        for key in keys:
+            centres, values = windowed(rows, key, steps, width)
+            curves[key].append(values)
+    return centres, curves

@@ -35,12 +35,12 @@ from ..runtime.simulator import (
     simulate,
 )
 from .measure import pass_at
-from .plots import band, bars, plt, save_figure
+from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
 from .spec import Experiment, Numbers
 from .stats import cell, paired
-from .verdict import Effect
+from .verdict import Effect, Verdict
 
 NAME = "staleness"
 CLAIM = ("On the asynchronous fleets, letting inference run k = 4 versions ahead makes steps "
@@ -74,6 +74,10 @@ class Settings:
     skip_steps: int  # first steps left out of the time per step (Ray and workers starting)
 
 
+SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base on the in-flight fleets: one "
+         "inference worker (rlscale's engine in bf16) beside the fp32 trainer, one thread "
+         "each; runtime.max_staleness k = 0, 1, 4 without a correction and k = 4 with "
+         "loss.is_correction = tis and mis (C = 2), the same seeds.")
 SETTINGS = {"quick": Settings(steps=4, engine_dtype="bfloat16", prompts=16, samples=2,
                               skip_steps=1),
             "full": Settings(steps=40, engine_dtype="bfloat16", prompts=200, samples=4,
@@ -209,6 +213,37 @@ def figure(arm: dict[str, Any], key: str) -> list[float]:
     return [f[key] for f in arm["figures"]]
 
 
+def step_time_notes(speed: Verdict, seeds: int, a: list[dict], b: list[dict],
+                    simulated: dict) -> list[str]:
+    """What the step-time verdict `speed` leaves to explain, from the per-seed figures of
+    k = 0 (`a`) and k = 4 (`b`) and the simulator's prediction: why k = 4 was slower, or why
+    it was not measurably faster (with the seeds to tell)."""
+    if speed != "contradicts":
+        return ["k = 4 did not make steps measurably faster than k = 0 here: with the worker "
+                "and the trainer on one core each, the one that is slower sets the pace "
+                "whatever k allows."] if speed != "supports" and seeds > 1 else []
+
+    def avg(figures: list[dict], key: str) -> float:
+        return sum(f[key] for f in figures) / len(figures)
+
+    return [(
+        f"k = 4 made steps slower, not faster ({avg(a, 'step_s'):.2f} -> "
+        f"{avg(b, 'step_s'):.2f} s), where the simulator predicted "
+        f"{simulated['0']['step_s']:.2f} -> {simulated['4']['step_s']:.2f} s. The worker "
+        "sets the pace (the lag of trained tokens stays near 1 even when 4 is allowed, "
+        "as the simulator also predicts), and it did less: its busy share fell from "
+        f"{avg(a, 'busy_share'):.2f} to {avg(b, 'busy_share'):.2f} and its tokens/s over "
+        f"the run from {avg(a, 'tokens_per_s'):.0f} to {avg(b, 'tokens_per_s'):.0f}, "
+        "while its decode time per step went from "
+        f"{avg(a, 'busy_share') * avg(a, 'step_s'):.2f} to "
+        f"{avg(b, 'busy_share') * avg(b, 'step_s'):.2f} s. The rest is outside its decode "
+        "calls: at k = 4 new weights reach it with rows running, and it rebuilds their KV "
+        "cache with the new weights (`rollout.recompute_cache_on_update`, on by default), "
+        "a prefill of every running row's context per version; at k = 0 its rows have "
+        "drained before the update. The simulator charges a weight load a fixed pause "
+        "and no rebuild.")]
+
+
 def analyse(numbers: Numbers) -> Analysis:
     arms_ = numbers["arms"]
     k0, k4, mis, tis = arms_["k0"], arms_["k4"], arms_["k4_mis"], arms_["k4_tis"]
@@ -260,32 +295,8 @@ def analyse(numbers: Numbers) -> Analysis:
                      "from the uncorrected one: at this budget the drift did not cost "
                      "accuracy the seeds could see, so there was little for the correction "
                      "to recover.")
-    if speed == "contradicts":
-        a, b = k0["figures"], k4["figures"]
-
-        def avg(figures: list[dict], key: str) -> float:
-            return sum(f[key] for f in figures) / len(figures)
-
-        notes.append(
-            f"k = 4 made steps slower, not faster ({avg(a, 'step_s'):.2f} -> "
-            f"{avg(b, 'step_s'):.2f} s), where the simulator predicted "
-            f"{simulated['0']['step_s']:.2f} -> {simulated['4']['step_s']:.2f} s. The worker "
-            "sets the pace (the lag of trained tokens stays near 1 even when 4 is allowed, "
-            "as the simulator also predicts), and it did less: its busy share fell from "
-            f"{avg(a, 'busy_share'):.2f} to {avg(b, 'busy_share'):.2f} and its tokens/s over "
-            f"the run from {avg(a, 'tokens_per_s'):.0f} to {avg(b, 'tokens_per_s'):.0f}, "
-            "while its decode time per step went from "
-            f"{avg(a, 'busy_share') * avg(a, 'step_s'):.2f} to "
-            f"{avg(b, 'busy_share') * avg(b, 'step_s'):.2f} s. The rest is outside its decode "
-            "calls: at k = 4 new weights reach it with rows running, and it rebuilds their KV "
-            "cache with the new weights (`rollout.recompute_cache_on_update`, on by default), "
-            "a prefill of every running row's context per version; at k = 0 its rows have "
-            "drained before the update. The simulator charges a weight load a fixed pause "
-            "and no rebuild.")
-    elif speed != "supports" and len(numbers["seeds"]) > 1:
-        notes.append("k = 4 did not make steps measurably faster than k = 0 here: with the "
-                     "worker and the trainer on one core each, the one that is slower sets "
-                     "the pace whatever k allows.")
+    notes += step_time_notes(speed, len(numbers["seeds"]), k0["figures"], k4["figures"],
+                             simulated)
     return Analysis(effects, table, notes)
 
 
@@ -301,18 +312,12 @@ def plot(numbers: Numbers, out: Path) -> Path:
             band(ax, arm["steps"][key], per_seed, name, color=f"C{i}")  # one colour per arm
         ax.set_xlabel("step")
         ax.set_title(f"{key} (mean ± SE over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        tidy(ax)
     bars(axes[1][1], list(arms_), [arm["pass@1"] for arm in arms_.values()],
          "held-out pass@1", colored=True)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("GRPO (configs/rlvr/reasoning.yaml) from the SFT base on the in-flight fleets: one "
-           "inference worker (rlscale's engine in bf16) beside the fp32 trainer, one thread "
-           "each; runtime.max_staleness k = 0, 1, 4 without a correction and k = 4 with "
-           "loss.is_correction = tis and mis (C = 2), the same seeds."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=40)  # measured 39.5 min (2 seeds, 2026-12-03, AVX2-only EPYC: bf16 emulated in the engine)
+# minutes: measured 39.5 min (2 seeds, 2026-12-03, AVX2-only EPYC: bf16 emulated in the engine)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=40)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .verdict import estimate
 
@@ -31,3 +32,9 @@ def cell(values: Sequence[float], digits: int = 3) -> str:
     if est.se is None:
         return f"{est.mean:.{digits}f}"
     return f"{est.mean:.{digits}f} ± {est.se:.{digits}f}"
+
+
+def by_seed(per_seed: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Figures measured once per seed (one dict each, the same keys) as one list per figure,
+    in seed order: the shape every experiment saves its per-seed numbers in."""
+    return {key: [figures[key] for figures in per_seed] for key in per_seed[0]}

@@ -17,14 +17,13 @@ calculator's, so the calls pay most where a trace has many steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import by_level, pass_at
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, BaseVariant, Context, TrainedArm, series
-from .spec import Experiment, Numbers
+from .spec import Experiment, HeldOutBudget, Numbers
 from .stats import cell, curve, mean, paired
 from .verdict import Effect
 
@@ -38,17 +37,15 @@ TOOLS = ("rollout.tools.tools=[calculator]", "rollout.tools.max_tool_calls=8",
          "rollout.tools.deadline_s=2.0")
 MIN_HARD_GAIN = 0.10    # the target: >= 10 points on the hard part
 CALLS = "tools/calls_per_rollout"
-
-
-@dataclass(frozen=True)
-class Settings:
-    steps: int
-    prompts: int     # held-out prompts for every model
-    samples: int     # per prompt
-
-
-SETTINGS = {"quick": Settings(steps=4, prompts=32, samples=2),
-            "full": Settings(steps=100, prompts=400, samples=2)}
+SETUP = ("Two SFT bases of configs/rlvr/reasoning_sft.yaml's budget, one with demonstrations "
+         f"that hand each step to the calculator with probability {TOOL_SHARE} (task option "
+         "tool_share, built in OUT/base-tools); GRPO (configs/rlvr/reasoning.yaml) the same "
+         "steps and seeds from each, without tools and with rollout.tools [calculator]; "
+         "every model's held-out pass@1 and tool calls by difficulty, the tool model also "
+         "with the calculator taken away.")
+# prompts: held-out prompts for every model
+SETTINGS = {"quick": HeldOutBudget(steps=4, prompts=32, samples=2),
+            "full": HeldOutBudget(steps=100, prompts=400, samples=2)}
 
 
 def arms(scale: str) -> list[Arm]:
@@ -56,7 +53,7 @@ def arms(scale: str) -> list[Arm]:
     return [Arm("no_tools", (steps,)), Arm("tools", (steps, *TOOLS), base=TOOL_BASE)]
 
 
-def model_figures(path: Path, cfg, seed: int, s: Settings, *, tools: bool) -> dict:
+def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget, *, tools: bool) -> dict:
     result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
                      ks=(1,), tools=tools)
     return {"pass@1": result.pass_at[1],
@@ -206,19 +203,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     for ax in axes[:2]:
         ax.set_xlabel("terms (difficulty)")
     axes[2].set_xlabel("training step")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    tidy(*axes)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("Two SFT bases of configs/rlvr/reasoning_sft.yaml's budget, one with demonstrations "
-           f"that hand each step to the calculator with probability {TOOL_SHARE} (task option "
-           "tool_share, built in OUT/base-tools); GRPO (configs/rlvr/reasoning.yaml) the same "
-           "steps and seeds from each, without tools and with rollout.tools [calculator]; "
-           "every model's held-out pass@1 and tool calls by difficulty, the tool model also "
-           "with the calculator taken away."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=14)  # 2 seeds x 100 steps without (~1.3 s) and with tools + 10 evaluations
+# minutes: 2 seeds x 100 steps without (~1.3 s) and with tools + 10 evaluations
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=14)

@@ -19,10 +19,10 @@ from pathlib import Path
 from ..zero.arena import Agent, compute_curve, load_network_agent
 from ..zero.games.connect4 import Connect4
 from ..zero.perfect_play import AGREEMENT_FILES, solver_agreement
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
-from .spec import Experiment, Numbers
+from .spec import QUICK_SELFPLAY, Experiment, Numbers, ZeroBudget, zero_arms
 from .stats import cell, mean, paired
 from .verdict import Effect
 
@@ -34,22 +34,22 @@ CONFIG = "connect4.yaml"
 
 
 @dataclass(frozen=True)
-class Settings:
-    iterations: int
-    overrides: tuple[str, ...]   # on configs/zero/connect4.yaml, beside the iterations
+class Settings(ZeroBudget):
     simulations: tuple[int, ...]  # 0 (the raw policy), then doublings
     early: int                   # the doubling early -> 2 x early is compared with the last
     positions: int               # benchmark positions per agreement file
     games: int                   # games against the raw policy at each budget
 
 
+SETUP = ("AlphaZero on Connect Four (configs/zero/connect4.yaml, Gumbel search with 32 "
+         "simulations) for 4 iterations of 256 games; its final network plays 1,500 solver "
+         "benchmark positions (500 from each of three files; each move judged by the perfect "
+         "solver) and 64 games against its own raw policy, with 0-256 simulations of its "
+         "search.")
 QUICK_NETWORK = ("network.blocks=1", "network.channels=16", "network.value_hidden=16")
 SETTINGS = {
     "quick": Settings(iterations=1, simulations=(0, 2, 4, 8), early=2, positions=20, games=4,
-                      overrides=(*QUICK_NETWORK, "mcts.simulations=8",
-                                 "selfplay.concurrent_games=16",
-                                 "selfplay.games_per_iteration=16", "train.min_replay=64",
-                                 "train.batch_size=64", "checkpoint.every=1")),
+                      overrides=(*QUICK_NETWORK, *QUICK_SELFPLAY, "checkpoint.every=1")),
     # ~1,000 games of the recipe (its shipped model took 355 iterations): a young network,
     # whose raw policy still errs on a quarter of the positions. Below 8 simulations the
     # Gumbel root search (8 moves considered) cannot try every column once, so the early
@@ -61,8 +61,7 @@ SETTINGS = {
 
 
 def arms(scale: str) -> list[ZeroArm]:
-    s = SETTINGS[scale]
-    return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
+    return zero_arms(CONFIG, SETTINGS[scale])
 
 
 def agreement_share(agent: Agent, positions: int) -> float:
@@ -157,19 +156,13 @@ def plot(numbers: Numbers, out: Path) -> Path:
         ax.minorticks_off()
         ax.set_xlabel("simulations per move")
         ax.set_title(title)
-        ax.grid(alpha=0.3)
+        tidy(ax, legend=False)
     axes[1].axhline(0.5, color="grey", lw=0.8)
     axes[0].legend(fontsize=8)
     fig.suptitle("the same network, more search at test time (Connect Four)")
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("AlphaZero on Connect Four (configs/zero/connect4.yaml, Gumbel search with 32 "
-           "simulations) for 4 iterations of 256 games; its final network plays 1,500 solver "
-           "benchmark positions (500 from each of three files; each move judged by the perfect "
-           "solver) and 64 games against its own raw policy, with 0-256 simulations of its "
-           "search."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=11, needs_base=False)  # measured 10.7 min (2 seeds, 2 cores, 2026-12-03)
+# minutes: measured 10.7 min (2 seeds, 2 cores, 2026-12-03)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=11, needs_base=False)

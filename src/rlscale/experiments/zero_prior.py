@@ -19,10 +19,10 @@ import torch
 from ..zero.agent import load_agent
 from ..zero.games.tictactoe import TicTacToe
 from ..zero.mcts import Evaluator, search_states
-from .plots import band, plt, save_figure
+from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
-from .spec import Experiment, Numbers
+from .spec import QUICK_SELFPLAY, Experiment, Numbers, ZeroBudget, zero_arms
 from .stats import cell, paired
 from .tictactoe_exact import exact_table, optimal_share, raw_policy_moves
 from .verdict import Effect
@@ -36,25 +36,25 @@ CONFIG = "tictactoe.yaml"
 
 
 @dataclass(frozen=True)
-class Settings:
-    iterations: int
-    overrides: tuple[str, ...]   # on configs/zero/tictactoe.yaml, beside the iterations
+class Settings(ZeroBudget):
     simulations: tuple[int, ...]
     primary: int                 # the budget the verdict is taken at
 
 
+SETUP = ("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml, 8 iterations of 128 games); "
+         "its final network searches every position at 2-64 simulations with its own prior "
+         "and with a uniform prior (the same value head), each move checked against the "
+         "exact solution.")
 SETTINGS = {
     "quick": Settings(iterations=2, simulations=(2, 4), primary=4, overrides=(
-        "mcts.simulations=8", "selfplay.concurrent_games=16", "selfplay.games_per_iteration=16",
-        "train.min_replay=64", "train.batch_size=64", "checkpoint.every=1")),
+        *QUICK_SELFPLAY, "checkpoint.every=1")),
     "full": Settings(iterations=8, simulations=(2, 4, 8, 16, 32, 64), primary=16,
                      overrides=("checkpoint.every=4",)),
 }
 
 
 def arms(scale: str) -> list[ZeroArm]:
-    s = SETTINGS[scale]
-    return [ZeroArm("alphazero", CONFIG, (f"train.iterations={s.iterations}", *s.overrides))]
+    return zero_arms(CONFIG, SETTINGS[scale])
 
 
 def uniform_prior(evaluate: Evaluator) -> Evaluator:
@@ -132,19 +132,12 @@ def plot(numbers: Numbers, out: Path) -> Path:
     raw = [v[0] for v in numbers["shares"]["raw"]]
     ax.axhline(sum(raw) / len(raw), color="grey", linestyle="--", label="raw policy (0 sims)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("simulations per move")
-    ax.set_ylabel("share of positions: optimal move")
-    ax.set_title("search with the learned prior vs a uniform prior (mean ± SE)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set(xlabel="simulations per move", ylabel="share of positions: optimal move",
+           title="search with the learned prior vs a uniform prior (mean ± SE)")
+    tidy(ax)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml, 8 iterations of 128 games); "
-           "its final network searches every position at 2-64 simulations with its own prior "
-           "and with a uniform prior (the same value head), each move checked against the "
-           "exact solution."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=7, needs_base=False)  # measured 6.6 min with --seeds 4, the cores shared with a Go run
+# minutes: measured 6.6 min with --seeds 4, the cores shared with a Go run
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=7, needs_base=False)

@@ -21,10 +21,10 @@ import numpy as np
 
 from ..zero.agent import load_agent
 from ..zero.games.tictactoe import losses_to_minimax
-from .plots import band, bars, plt, save_figure
+from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm, series
-from .spec import Experiment, Numbers
+from .spec import QUICK_SELFPLAY, Experiment, Numbers, ZeroBudget, zero_arms
 from .stats import cell, paired
 from .tictactoe_exact import exact_table, judge_raw_policy
 from .verdict import Effect
@@ -38,16 +38,17 @@ CONFIG = "tictactoe.yaml"
 
 
 @dataclass(frozen=True)
-class Settings:
-    iterations: int
-    overrides: tuple[str, ...]   # on configs/zero/tictactoe.yaml, beside the iterations
+class Settings(ZeroBudget):
     simulations: int             # the search's budget when it plays the perfect player
 
 
+SETUP = ("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml) for 8 iterations of 128 "
+         "games, the same seeds, with the value target z (train.value_target_mix=0), "
+         "the 0.5 mix of z and the root search value, and the search value alone; each "
+         "final network judged against the exact minimax solution.")
 SETTINGS = {
     "quick": Settings(iterations=2, simulations=8, overrides=(
-        "mcts.simulations=8", "selfplay.concurrent_games=16", "selfplay.games_per_iteration=16",
-        "train.min_replay=64", "train.batch_size=64", "checkpoint.every=1")),
+        *QUICK_SELFPLAY, "checkpoint.every=1")),
     # ~1,000 games of the recipe (which reaches perfect play in ~30 iterations): early, where
     # the targets could differ.
     "full": Settings(iterations=8, simulations=32, overrides=("checkpoint.every=4",)),
@@ -55,10 +56,8 @@ SETTINGS = {
 
 
 def arms(scale: str) -> list[ZeroArm]:
-    s = SETTINGS[scale]
-    return [ZeroArm(label, CONFIG, (f"train.iterations={s.iterations}", *s.overrides,
-                                    f"train.value_target_mix={mix:g}"))
-            for label, mix in MIXES.items()]
+    return zero_arms(CONFIG, SETTINGS[scale],
+                     {label: (f"train.value_target_mix={mix:g}",) for label, mix in MIXES.items()})
 
 
 def judge_network(final: Path, simulations: int) -> dict[str, float]:
@@ -142,18 +141,11 @@ def plot(numbers: Numbers, out: Path) -> Path:
     ax = axes[1][1]
     for label in labels:
         band(ax, arms_[label]["iterations"], arms_[label]["curve"], label.replace("_", " "))
-    ax.set_xlabel("iteration")
-    ax.set_title("self-play draw rate (1: perfect play on both sides)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set(xlabel="iteration", title="self-play draw rate (1: perfect play on both sides)")
+    tidy(ax)
     return save_figure(fig, out)
 
 
-EXPERIMENT = Experiment(
-    name=NAME, claim=CLAIM,
-    setup=("AlphaZero on tic-tac-toe (configs/zero/tictactoe.yaml) for 8 iterations of 128 "
-           "games, the same seeds, with the value target z (train.value_target_mix=0), "
-           "the 0.5 mix of z and the root search value, and the search value alone; each "
-           "final network judged against the exact minimax solution."),
-    arms=arms, measure=measure, analyse=analyse, plot=plot, settings=SETTINGS,
-    minutes=9, needs_base=False)  # measured 8.5 min with --seeds 4 (12 runs), the cores shared with a Go run
+# minutes: measured 8.5 min with --seeds 4 (12 runs), the cores shared with a Go run
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
+                        measure=measure, analyse=analyse, plot=plot, minutes=9, needs_base=False)
