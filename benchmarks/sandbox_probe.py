@@ -31,9 +31,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlscale.rlvr.tools import ToolCall, ToolResult, ToolRunner, ToolsConfig
-from rlscale.runtime import sandbox
+from rlscale.runtime import sandbox, sandbox_boot
 from rlscale.runtime.cgroups import CallGroup
 
 MARK = f"rlscale-probe-{uuid.uuid4().hex[:12]}"  # argv of left processes, names of made files
@@ -43,8 +44,12 @@ DISK_MB = sandbox.SandboxLimits().disk_mb
 CAP_MB = MEMORY_MB + DISK_MB + 32  # the most host Shmem a call may grow by
 PREFIX = os.path.realpath(sys.base_prefix)  # the Python installation: visible, read-only
 SITE = f"{PREFIX}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
-OUTSIDE = ("/", "/tmp", "/var/tmp", "/dev/shm", "/etc", "/usr", "/root", "/work",
-           "/work/main", "/work/shared", SITE)
+REPO = Path(__file__).resolve().parents[1]  # the project, and ../shared beside it
+SHARED = REPO.parent / "shared"
+INSIDE = sandbox_boot.WORKDIR  # the code's own writable folder inside the sandbox
+# Host folders a payload may try to leave a file in (each checked after every call).
+OUTSIDE = ("/", "/tmp", "/var/tmp", "/dev/shm", "/etc", "/usr", "/root", str(REPO.parent),
+           str(REPO), str(SHARED), SITE)
 
 
 @dataclass
@@ -262,12 +267,12 @@ for _ in range(12):
         for i in range(0, 100 << 20, 4096): m[i] = 1
         time.sleep(2); os._exit(0)
 print('children', [os.wait()[1] for _ in range(12)])"""
-FILL = """written = 0
+FILL = f"""written = 0
 try:
     for n in range(1024):
-        with open(f'/work/fill{n // 32}', 'ab') as f: f.write(b'x' * (1 << 20))
+        with open(f'{INSIDE}/fill{{n // 32}}', 'ab') as f: f.write(b'x' * (1 << 20))
         written += 1
-except OSError as e: raise OSError(e.errno, f'wrote {written} MB') from None"""
+except OSError as e: raise OSError(e.errno, f'wrote {{written}} MB') from None"""
 PIPES = """import fcntl, os, time
 def fill(held=0):
     try:
@@ -297,21 +302,21 @@ def probes(host: Host) -> list[Probe]:
             "open('/etc/shadow').read()", "open('/etc/passwd').read()"), no_got(shadow, "root:x")),
         P("list /root (.pyenv is shown)", "files", attempts("sorted(os.listdir('/root'))"),
           no_got(*root_names, got=None)),
-        P("read the project /work/main", "files", attempts(
-            "os.listdir('/work/main')", "open('/work/main/pyproject.toml').read()"), no_got()),
-        P("list ../shared, /work/shared", "files", attempts(
-            "os.listdir('../shared')", "os.listdir('/work/shared')"), no_got()),
+        P("read the project", "files", attempts(
+            f"os.listdir('{REPO}')", f"open('{REPO / 'pyproject.toml'}').read()"), no_got()),
+        P("list ../shared", "files", attempts(
+            "os.listdir('../shared')", f"os.listdir('{SHARED}')"), no_got()),
         P("read the host's /tmp canary", "files", attempts(f"open({host.canary_file!r}).read()"),
           no_got(SECRET)),
-        P("symlink to /etc/passwd", "files", attempts("open('/work/l').read()", prelude=(
-            "import os\nos.symlink('/etc/passwd', '/work/l')\n")), no_got("root:x")),
-        P(".. out of a bind mount, /work", "files", attempts(
+        P("symlink to /etc/passwd", "files", attempts(f"open('{INSIDE}/l').read()", prelude=(
+            f"import os\nos.symlink('/etc/passwd', '{INSIDE}/l')\n")), no_got("root:x")),
+        P(f".. out of a bind mount, {INSIDE}", "files", attempts(
             f"open('{PREFIX}/../../../.bashrc').read()", "open('/usr/../etc/passwd').read()",
-            "open('/work/../../../etc/hostname').read()"), no_got()),
+            f"open('{INSIDE}/../../../etc/hostname').read()"), no_got()),
         P("/proc/1/root, /proc/self/mounts, /sys", "files", attempts(
             "os.listdir('/proc/1/root')", "open('/proc/self/mountinfo').read()",
             "os.listdir('/sys/fs/cgroup')"), no_got("/dev/vda")),
-        P("write outside /work", "files", attempts(*(
+        P(f"write outside {INSIDE}", "files", attempts(*(
             f"open('{d}/{made}', 'w').write('x')" for d in ("", "/etc", "/usr", "/dev", "/root",
                                                             SITE))), no_got()),
         P("inherited directory fds", "files", "import os\nfor fd in range(3, 256):\n"
@@ -332,11 +337,11 @@ def probes(host: Host) -> list[Probe]:
             "resource.setrlimit(resource.RLIMIT_NPROC, (-1, -1))",
             prelude="import os, resource\n"), no_got()),
         P("leave files and env for the next call", "persistence", "import os\n"
-          f"for p in ('/tmp/{made}', '/work/{made}', os.path.expanduser('~/{made}')):\n"
+          f"for p in ('/tmp/{made}', '{INSIDE}/{made}', os.path.expanduser('~/{made}')):\n"
           "    open(p, 'w').write('x')\nos.environ['PROBE'] = 'x'\nos.putenv('PROBE2', 'x')\n"
           "print('left')", cause_is("ok")),
         P("find them in the next call", "persistence", "import glob, os\nfound = "
-          f"glob.glob('/tmp/*{MARK}*') + glob.glob('/work/*{MARK}*') + "
+          f"glob.glob('/tmp/*{MARK}*') + glob.glob('{INSIDE}/*{MARK}*') + "
           "[k for k in os.environ if k.startswith('PROBE')]\nprint('GOT' if found else 'none')",
           no_got()),
         P("the caller's environment", "persistence", "import os\nprint(sorted(os.environ))",
@@ -372,7 +377,7 @@ def probes(host: Host) -> list[Probe]:
           "flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)\nfor i in range(0, 1 << 30, 4096): "
           "m[i] = 1", memory("memory")),
         P("12 children x 100 MB MAP_SHARED", "memory", SHARED_KIDS, memory("memory")),
-        P("fill tmpfs /work to 1 GiB", "memory", FILL, memory(most=(r"wrote (\d+) MB", DISK_MB))),
+        P(f"fill tmpfs {INSIDE} to 1 GiB", "memory", FILL, memory(most=(r"wrote (\d+) MB", DISK_MB))),
         P("12 children x pipes F_SETPIPE_SZ", "memory", PIPES,
           memory(most=(r"pipes MB (\d+)", CAP_MB))),
         P("keyctl read session keyring", "keyring", syscall(
@@ -390,10 +395,10 @@ def probes(host: Host) -> list[Probe]:
         P("io_uring_setup (425)", "kernel", syscall(
             425, "8, params", "params = ctypes.create_string_buffer(120)\n"), R),
         P("unshare CLONE_NEWUSER (272)", "kernel", syscall(272, "0x10000000"), R),
-        P("mount tmpfs (165)", "kernel", syscall(165, "b'none', b'/work', b'tmpfs', 0, None"), R),
+        P("mount tmpfs (165)", "kernel", syscall(165, f"b'none', b'{INSIDE}', b'tmpfs', 0, None"), R),
         P("clone3 CLONE_NEWUSER (435)", "kernel", syscall(435, "args, 88", "args = ctypes."
           "create_string_buffer(struct.pack('8Q', 0x10000000, 0, 0, 0, 17, 0, 0, 0), 88)\n"), R),
-        P("mknod /dev/mem (133)", "kernel", syscall(133, "b'/work/mem', 0o20600, 0x101"), R),
+        P("mknod /dev/mem (133)", "kernel", syscall(133, f"b'{INSIDE}/mem', 0o20600, 0x101"), R),
         P("1 GB of output", "output", "import sys\nfor _ in range(1 << 14): "
           "sys.stdout.write('x' * 65536)", cause_is("output_limit")),
         P("flood from an orphan", "output", "import os, sys\nif os.fork() == 0: "

@@ -26,6 +26,7 @@ else:  # run as the boot program: the filter's module beside it, standard librar
 REPORT_FD = 3          # the code's process reports an uncaught exception here ("error", "memory")
 INSIDE_ID = 1000       # the uid and gid the code has inside its user namespace (not root)
 NOBODY_ID = 65534      # what root runs the code as, outside (see _map_ids)
+WORKDIR = "/work"      # the code's own writable folder (a tmpfs) inside its new root
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -204,10 +205,10 @@ def _enter_namespaces(libc: ctypes.CDLL, config: dict) -> None:
         _show(libc, source, root, read_only=True)
     for device in devices:
         _show(libc, device, root, read_only=False)
-    os.mkdir(root + "/work")
-    _mount(libc, "tmpfs", root + "/work", "tmpfs", MS_NOSUID | MS_NODEV,
+    os.mkdir(root + WORKDIR)
+    _mount(libc, "tmpfs", root + WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV,
            f"size={config['disk_mb']}m,mode=0755")
-    os.symlink("/work", root + "/tmp")
+    os.symlink(WORKDIR, root + "/tmp")
     os.mkdir(root + "/.old")
     os.chdir(root)
     syscall = PIVOT_ROOT_SYSCALL.get(platform.machine())
@@ -218,7 +219,7 @@ def _enter_namespaces(libc: ctypes.CDLL, config: dict) -> None:
     _check(libc.umount2(b"/.old", MNT_DETACH), "umount old root")
     os.rmdir("/.old")
     _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir("/work")
+    os.chdir(WORKDIR)
     for source in sources + devices:
         if source.fd is not None:
             os.close(source.fd)
@@ -349,7 +350,7 @@ def _boot(config: dict) -> None:
     if config["isolation"] == "namespaces":
         _enter_namespaces(libc, config)
         _die_with_parent(libc, config["parent_pid"])
-        workdir = "/work"
+        workdir = WORKDIR
     else:
         workdir = config["workdir"]
         _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
