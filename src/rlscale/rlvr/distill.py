@@ -190,10 +190,10 @@ def _save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sche
                      data_order: random.Random, cfg: SFTConfig) -> None:
     with ckpt.atomic_dir(ckpt.checkpoint_path(run_dir, step)) as tmp:
         lora.save_weights(model, tokenizer, tmp)
-        torch.save(dataclasses.asdict(_SFTState(step, optimizer.state_dict(),
-                                                scheduler.state_dict(), data_order.getstate(),
-                                                ckpt.rng_state())),
-                   tmp / "trainer_state.pt")
+        state = _SFTState(step, optimizer.state_dict(), scheduler.state_dict(),
+                          data_order.getstate(), ckpt.rng_state())
+        # vars(), not dataclasses.asdict: asdict deep-copies every optimiser tensor
+        torch.save(vars(state), tmp / "trainer_state.pt")
     # The newest `keep` resumable checkpoints; the save_every snapshots are all kept.
     def snapshot(path: Path) -> bool:
         return bool(cfg.save_every) and ckpt.checkpoint_step(path) % cfg.save_every == 0

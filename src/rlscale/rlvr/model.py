@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from ..runtime.checkpoint import checkpoint_problem
 from ..runtime.device import Workload, parameter_signature
-from ..runtime.health import parameters_finite
+from ..runtime.health import first_non_finite_parameter
 from ..runtime.rundir import MODEL_MARKER, check_model_out
 from .attention import training_attention
 from .rollout.sampler import SamplingParams, generate
@@ -119,22 +119,13 @@ def check_model_dir(path: str | Path) -> Path:
     return path
 
 
-def non_finite_weight(model) -> str | None:
-    """The name of the first parameter holding NaN or inf, or None. A damaged or diverged
-    model would otherwise load and fail much later, deep inside sampling (torch.multinomial
-    on NaN probabilities)."""
-    if parameters_finite(model.parameters()):  # one cheap pass; names only when needed
-        return None
-    return next(name for name, weight in model.named_parameters()
-                if not parameters_finite([weight]))
-
-
 def _written_by(path: Path) -> str:
     """A hint for the shipped configs' model paths, which a quickstart writes."""
-    for default in ("runs/quickstart", "runs/reasoning"):
-        if Path(path).as_posix().rstrip("/").startswith(default):
-            recipe = "" if default == "runs/quickstart" else " reasoning"
-            return f" (`rlscale quickstart{recipe}` writes it: run that first)"
+    writers = {"quickstart": "rlscale quickstart", "reasoning": "rlscale quickstart reasoning",
+               "quickstart_tiny": "rlscale quickstart --tiny"}
+    parts = Path(path).parts
+    if len(parts) >= 2 and parts[0] == "runs" and parts[1] in writers:
+        return f" (`{writers[parts[1]]}` writes it: run that first)"
     return ""
 
 
@@ -158,7 +149,7 @@ def load_model(path: str | Path, dtype: str = "float32"):
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"cannot load model from {path}: {first[:200]}") from None
-    bad = non_finite_weight(model)
+    bad = first_non_finite_parameter(model)  # else torch.multinomial fails on NaN, much later
     if bad is not None:
         raise ModelLoadError(f"cannot load model from {path}: its weights hold NaN/inf in {bad}")
     return model, tokenizer

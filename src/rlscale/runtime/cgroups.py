@@ -63,6 +63,23 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def _v1_pids_group(directory: str | None, max_processes: int) -> str | None:
+    """The call's group in the v1 pids hierarchy, capped at `max_processes`; None where it
+    cannot be made (the memory cap holds without it)."""
+    if directory is None:
+        return None
+    try:
+        os.mkdir(directory)
+    except OSError:
+        return None
+    try:
+        _write(f"{directory}/pids.max", str(max_processes))
+    except OSError:
+        os.rmdir(directory)
+        return None
+    return directory
+
+
 @dataclass(frozen=True, slots=True)
 class CallGroup:
     version: int                 # 2 or 1
@@ -123,19 +140,13 @@ class CallGroup:
             os.mkdir(directories["memory"])
         except OSError:
             return None
-        pids_dir = directories.get("pids")
+        pids_dir = _v1_pids_group(directories.get("pids"), max_processes)
         group = cls(1, directories["memory"], pids_dir, memory_bytes)
         try:
             _write(f"{group.memory_dir}/memory.limit_in_bytes", str(memory_bytes))
             memsw = f"{group.memory_dir}/memory.memsw.limit_in_bytes"
             if os.path.exists(memsw):
                 _write(memsw, str(memory_bytes))
-            if pids_dir is not None:
-                try:
-                    os.mkdir(pids_dir)
-                    _write(f"{pids_dir}/pids.max", str(max_processes))
-                except OSError:
-                    object.__setattr__(group, "pids_dir", None)
         except OSError:
             group.remove()
             return None

@@ -56,6 +56,16 @@ def parameters_finite(parameters: Iterable[Any]) -> bool:
     return not ends or bool(torch.isfinite(torch.stack(ends)).all())
 
 
+def first_non_finite_parameter(module: torch.nn.Module) -> str | None:
+    """The name of the first parameter holding NaN or inf, or None: one cheap pass over all
+    of them, names only when one is bad. A damaged or diverged model found at load time,
+    not deep inside sampling or search."""
+    if parameters_finite(module.parameters()):
+        return None
+    return next(name for name, weight in module.named_parameters()
+                if not parameters_finite([weight]))
+
+
 class NonFiniteGuard:
     """Counts skipped steps and the current run of them; decides when to stop."""
 

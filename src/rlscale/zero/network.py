@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlscale.runtime.device import Workload, compute_context, parameter_signature
-from rlscale.runtime.health import parameters_finite
+from rlscale.runtime.health import first_non_finite_parameter
 
 if TYPE_CHECKING:
     from rlscale.zero.config import NetworkConfig
@@ -368,8 +368,7 @@ def load_network(
     net.load_state_dict(load_file(str(Path(path) / WEIGHTS_FILE)))
     # A damaged or diverged network would otherwise search with NaN priors and values and
     # play (badly) without a word.
-    bad = next((name for name, weight in net.named_parameters()
-                if not parameters_finite([weight])), None)
+    bad = first_non_finite_parameter(net)
     if bad is not None:
         raise ValueError(f"the network in {path} holds NaN/inf weights in {bad}")
     net.to(device).eval()
