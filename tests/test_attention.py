@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from rlscale.rlvr import attention
+from rlscale.rlvr.batch import build_policy_batch
 from rlscale.rlvr.logprobs import completion_logprobs
 from rlscale.rlvr.model import build_tiny_model
-from rlscale.rlvr.trainer import build_policy_batch
 
 
 def _qkv_and_mask(dtype, batch=4, heads=4, t=12, d=16, pad=3):

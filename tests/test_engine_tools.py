@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
+from rlscale.rlvr.batch import build_policy_batch
 from rlscale.rlvr.logprobs import completion_logprobs
 from rlscale.rlvr.model import build_tiny_model
 from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
 from rlscale.rlvr.rollout.groups import rollout_from_completions
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
-from rlscale.rlvr.trainer import build_policy_batch
 from stub_tools import EveryNthToken
 
 PROMPTS = ["1+2=", "347+85=", "19*9=", "12+5=", "99*9=", "7-3="]

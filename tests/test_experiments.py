@@ -612,13 +612,15 @@ def test_post_update_kl_is_kl_of_old_to_new_on_old_samples(tiny_model_dir):
 
     import torch
 
+    from rlscale.rlvr.batch import build_policy_batch
+    from rlscale.rlvr.config import TrainConfig
     from rlscale.rlvr.model import load_model
-    from rlscale.rlvr.trainer import PolicyTrainer, StepResult, build_policy_batch
+    from rlscale.rlvr.step_loss import StepLoss
+    from rlscale.rlvr.trainer import PolicyTrainer, StepResult
 
     model, _ = load_model(tiny_model_dir)
-    trainer = PolicyTrainer(model, None, objectives.PRESETS["grpo"], lr=1e-3, weight_decay=0.0,
-                            warmup_steps=0, grad_clip=1.0, minibatches=1, epochs=1,
-                            micro_batch_size=0, temperature=1.0)
+    trainer = PolicyTrainer(model, None, StepLoss(objectives.PRESETS["grpo"]),
+                            TrainConfig(lr=1e-3, grad_clip=1.0), temperature=1.0)
     mask = torch.zeros(2, 3)
     mask[0, 0] = 1.0
     batch = build_policy_batch([[5, 6], [7, 8]], torch.tensor([[9, 10, 11], [12, 13, 14]]), mask,

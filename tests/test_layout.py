@@ -8,11 +8,15 @@ import pytest
 import torch
 
 from rlscale.rlvr import objectives
+from rlscale.rlvr.batch import build_policy_batch, micro_batches
+from rlscale.rlvr.config import TrainConfig
 from rlscale.rlvr.layout import first_fit_decreasing, packed_layout, padded_layout
 from rlscale.rlvr.logprobs import completion_logprobs, token_logprobs
 from rlscale.rlvr.loop import cxx_compiler
 from rlscale.rlvr.model import build_tiny_model, enable_activation_checkpointing
-from rlscale.rlvr.trainer import PolicyTrainer, build_policy_batch, micro_batches
+from rlscale.rlvr.step_loss import StepLoss
+from rlscale.rlvr.token_math import token_entropy_from_logits
+from rlscale.rlvr.trainer import PolicyTrainer
 from rlscale.runtime.device import DeviceError, resolve_device
 
 
@@ -45,7 +49,7 @@ def _reference_logprobs(model, batch, temperature=1.0):
     width = batch.completion_ids.shape[1]
     logits = logits[:, batch.prompt_width - 1: batch.prompt_width - 1 + width] / temperature
     logp = logits.log_softmax(-1).gather(-1, batch.completion_ids[..., None]).squeeze(-1)
-    return logp * batch.mask, objectives.token_entropy_from_logits(logits) * batch.mask
+    return logp * batch.mask, token_entropy_from_logits(logits) * batch.mask
 
 
 def test_token_logprobs_equal_a_full_log_softmax_gather():
@@ -100,10 +104,10 @@ def _loss_and_grads(pack: bool, micro_batch_tokens: int = 0):
         num_sequences=len(batch), num_tokens=float(batch.mask.sum())), GRPO).loss
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    trainer = PolicyTrainer(_model(), None, GRPO, lr=1e-3, weight_decay=0.0,
-                            warmup_steps=0, grad_clip=1e9, minibatches=1, epochs=1,
-                            micro_batch_size=0, temperature=1.0, pack=pack,
-                            micro_batch_tokens=micro_batch_tokens)
+    trainer = PolicyTrainer(_model(), None, StepLoss(GRPO),
+                            TrainConfig(lr=1e-3, grad_clip=1e9, pack=pack,
+                                        micro_batch_tokens=micro_batch_tokens),
+                            temperature=1.0)
     metrics = trainer.step(batch, torch.Generator().manual_seed(0)).metrics
     return metrics, float(loss.detach()), grads
 
@@ -152,9 +156,8 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def test_bf16_autocast_keeps_fp32_weights_and_close_logprobs():
     model, batch = _model(), _batch(seed=3)
-    trainer = PolicyTrainer(model, None, GRPO, lr=1e-4, weight_decay=0.0,
-                            warmup_steps=0, grad_clip=1.0, minibatches=1, epochs=1,
-                            micro_batch_size=0, temperature=1.0, compute_dtype="bfloat16")
+    trainer = PolicyTrainer(model, None, StepLoss(GRPO), TrainConfig(lr=1e-4, grad_clip=1.0),
+                            temperature=1.0, compute_dtype="bfloat16")
     fp32 = trainer.score_logprobs(model, batch)
     trainer.compute_dtype = "float32"
     exact = trainer.score_logprobs(model, batch)
@@ -188,10 +191,9 @@ def test_the_compiled_update_matches_the_eager_one():
             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
             tie_word_embeddings=True))
 
-    trainers = [PolicyTrainer(small_model(), None, GRPO, lr=1e-2, weight_decay=0.0,
-                              warmup_steps=0, grad_clip=1e9, minibatches=1, epochs=1,
-                              micro_batch_size=0, temperature=1.0, pack=True,
-                              compile_update=compiled) for compiled in (False, True)]
+    trainers = [PolicyTrainer(small_model(), None, StepLoss(GRPO),
+                              TrainConfig(lr=1e-2, grad_clip=1e9, pack=True, compile=compiled),
+                              temperature=1.0) for compiled in (False, True)]
     assert trainers[0].update_decoder is None and trainers[1].update_decoder is not None
     torch._dynamo.reset()
     for seed in (4, 5):

@@ -13,12 +13,18 @@ pytest.importorskip("peft")
 
 from rlscale.config import ConfigError, load_config  # noqa: E402
 from rlscale.rlvr import objectives  # noqa: E402
-from rlscale.rlvr.config import LoraSettings, RLVRConfig  # noqa: E402
+from rlscale.rlvr.batch import build_policy_batch  # noqa: E402
+from rlscale.rlvr.config import (  # noqa: E402
+    LoraSettings,
+    RLVRConfig,
+    TrainConfig,  # noqa: E402
+)
 from rlscale.rlvr.logprobs import completion_logprobs  # noqa: E402
 from rlscale.rlvr.loop import train  # noqa: E402
 from rlscale.rlvr.lora import LoraError, apply_lora  # noqa: E402
 from rlscale.rlvr.model import load_model  # noqa: E402
-from rlscale.rlvr.trainer import PolicyTrainer, build_policy_batch  # noqa: E402
+from rlscale.rlvr.step_loss import StepLoss  # noqa: E402
+from rlscale.rlvr.trainer import PolicyTrainer  # noqa: E402
 
 
 def _batch(seed: int = 0):
@@ -32,8 +38,7 @@ def _batch(seed: int = 0):
 
 def _trainer(model, kl_coef: float = 0.1) -> PolicyTrainer:
     objective = dataclasses.replace(objectives.PRESETS["grpo"], kl_coef=kl_coef)
-    return PolicyTrainer(model, None, objective, lr=1e-2, weight_decay=0.0, warmup_steps=0,
-                         grad_clip=1.0, minibatches=1, epochs=1, micro_batch_size=0,
+    return PolicyTrainer(model, None, StepLoss(objective), TrainConfig(lr=1e-2, grad_clip=1.0),
                          temperature=1.0)
 
 

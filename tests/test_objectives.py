@@ -7,6 +7,7 @@ import statistics
 import pytest
 import torch
 
+from rlscale.rlvr.advantages import group_advantages
 from rlscale.rlvr.imitation import demonstration_loss, dft_loss, sft_loss
 from rlscale.rlvr.objectives import (
     AGGREGATIONS,
@@ -15,14 +16,15 @@ from rlscale.rlvr.objectives import (
     Aggregation,
     LossInputs,
     Objective,
-    group_advantages,
-    kl_penalty,
-    masked_mean,
     policy_loss,
     sequence_level_loss,
     sequence_ratio,
-    token_entropy_from_logits,
     token_level_loss,
+)
+from rlscale.rlvr.token_math import (
+    kl_penalty,
+    masked_mean,
+    token_entropy_from_logits,
     top_entropy_mask,
 )
 

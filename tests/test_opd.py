@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlscale.config import ConfigError, load_config
-from rlscale.rlvr import imitation, objectives
+from rlscale.rlvr import advantages, objectives
 from rlscale.rlvr.config import RLVRConfig, SFTConfig
 from rlscale.rlvr.distill import build_demonstrations, sft
 from rlscale.rlvr.loop import train
@@ -21,21 +21,21 @@ def test_teacher_advantage_is_the_negative_reverse_kl_sample_per_token():
     student = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -3.0, 0.0]])
     teacher = torch.tensor([[-0.5, -3.0, -9.0], [-0.1, -1.0, -7.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
-    adv = imitation.teacher_advantages(student, teacher, mask)
+    adv = advantages.teacher_advantages(student, teacher, mask)
     # log pi_T - log pi_s on each active token, each token its own; 0 on padding.
     assert torch.allclose(adv, torch.tensor([[0.5, -1.0, 0.0], [0.1, 2.0, 0.0]]))
     # k1 reverse KL: mean of log pi_s - log pi_T over the 4 active tokens.
-    assert imitation.reverse_kl_per_token(student, teacher, mask) == pytest.approx(
+    assert advantages.reverse_kl_per_token(student, teacher, mask) == pytest.approx(
         (-0.5 + 1.0 - 0.1 - 2.0) / 4)
 
 
 def test_teacher_equal_to_student_gives_zero_advantage_and_zero_gradient():
     logp = torch.tensor([[-1.0, -2.0, -0.7], [-0.3, -1.5, -4.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    token = imitation.teacher_advantages(logp, logp.detach().clone(), mask)
+    token = advantages.teacher_advantages(logp, logp.detach().clone(), mask)
     assert torch.equal(token, torch.zeros_like(token))
     o = PRESETS["opd"]
-    adv = imitation.mixed_advantages(torch.tensor([0.7, -0.7]), token,
+    adv = advantages.mixed_advantages(torch.tensor([0.7, -0.7]), token,
                                       reward_weight=o.reward_weight, teacher_weight=o.teacher_weight)
     out = objectives.policy_loss(objectives.LossInputs(logp, logp.detach(), adv, mask), o)
     out.loss.backward()
@@ -57,10 +57,10 @@ def test_per_token_advantages_give_each_token_its_own_gradient():
 def test_mixed_advantages_weigh_the_verifier_and_the_teacher():
     sequence = torch.tensor([1.0, -1.0])
     token = torch.tensor([[0.5, -0.5], [2.0, 0.0]])
-    mixed = imitation.mixed_advantages(sequence, token, reward_weight=0.25, teacher_weight=2.0)
+    mixed = advantages.mixed_advantages(sequence, token, reward_weight=0.25, teacher_weight=2.0)
     assert torch.allclose(mixed, torch.tensor([[1.25, -0.75], [3.75, -0.25]]))
     # No teacher: the GRPO family's [B] advantages, unchanged at weight 1.
-    same = imitation.mixed_advantages(sequence, None, reward_weight=1.0, teacher_weight=0.0)
+    same = advantages.mixed_advantages(sequence, None, reward_weight=1.0, teacher_weight=0.0)
     assert same.shape == (2,) and torch.equal(same, sequence)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ..rlvr import objectives
+from ..rlvr.advantages import group_advantages
 from ..rlvr.logprobs import completion_logprobs
 from ..rlvr.model import load_model
 from .measure import policy_batch, rollout_source
@@ -49,10 +50,10 @@ GROUP_SIZES = (2, 4, 8, 16)
 # name -> the [N] advantages of [N] rewards in consecutive groups of G
 ESTIMATORS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
     "none": lambda rewards, size: rewards.float(),
-    "mean": lambda rewards, size: objectives.group_advantages(rewards, size),
-    "rloo": lambda rewards, size: objectives.group_advantages(rewards, size,
+    "mean": lambda rewards, size: group_advantages(rewards, size),
+    "rloo": lambda rewards, size: group_advantages(rewards, size,
                                                               leave_one_out=True),
-    "std": lambda rewards, size: objectives.group_advantages(rewards, size,
+    "std": lambda rewards, size: group_advantages(rewards, size,
                                                              std_normalize=True),
 }
 LABELS = {"none": "no baseline (raw reward)", "mean": "group mean", "rloo": "leave-one-out (RLOO)",

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..rlvr.objectives import Aggregation, group_advantages, token_level_loss
+from ..rlvr.advantages import group_advantages
+from ..rlvr.objectives import Aggregation, token_level_loss
 from ..zero.games.base import Game
 from ..zero.network import PolicyValueNet
 

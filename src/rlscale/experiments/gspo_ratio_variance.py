@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ..rlvr import objectives
+from ..rlvr import objectives, token_math
+from ..rlvr.advantages import group_advantages
 from ..rlvr.model import load_model
 from .measure import policy_batch, policy_trainer, rollout_source
 from .plots import plt, save_figure, tidy
@@ -138,7 +139,7 @@ def measure_seed(ctx: Context, seed: int, s: Settings) -> dict:
     with rollout_source(model, tokenizer, cfg) as source:
         for step in range(s.steps):
             group = source.draw(step, 0, trainer.version)
-            advantages = objectives.group_advantages(
+            advantages = group_advantages(
                 group.rewards, cfg.rollout.group_size,
                 std_normalize=objective.advantage_std_normalize,
                 leave_one_out=objective.advantage_leave_one_out)
@@ -149,8 +150,8 @@ def measure_seed(ctx: Context, seed: int, s: Settings) -> dict:
             ratios = step_log_ratios(after, before.logp_before, batch.mask)
             for key, values in ratios.items():
                 pooled[key].extend(values)
-            kl = objectives.kl_penalty(before.logp_before, after, "k3")  # KL(old || new)
-            kl_per_step.append(float(objectives.masked_mean(kl, batch.mask)))
+            kl = token_math.kl_penalty(before.logp_before, after, "k3")  # KL(old || new)
+            kl_per_step.append(float(token_math.masked_mean(kl, batch.mask)))
     return {**by_bucket(pooled), "kl_new_old": sum(kl_per_step) / len(kl_per_step),
             "completions": len(pooled["lengths"])}
 

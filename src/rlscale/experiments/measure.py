@@ -7,7 +7,7 @@ without a training run.
 
 The drift is made of the library's pieces: the task's held-out prompts (`tasks.examples`),
 the RL sampler (`rollout.sampler.generate`), the trainer's forward
-(`logprobs.completion_logprobs`) and the loss's KL estimator (`objectives.kl_penalty`, k3):
+(`logprobs.completion_logprobs`) and the loss's KL estimator (`token_math.kl_penalty`, k3):
 the same per-token figure a run logs as `kl/mean` when its KL coefficient is above 0, here
 for any model, beta = 0 included.
 """
@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from ..rlvr import objectives
+from ..rlvr import token_math
+from ..rlvr.batch import PolicyBatch, build_policy_batch
 from ..rlvr.config import RLVRConfig
 from ..rlvr.evaluate import EvalResult, evaluate
 from ..rlvr.logprobs import completion_logprobs
@@ -31,9 +32,10 @@ from ..rlvr.rewards import VerifierPool
 from ..rlvr.rollout.groups import RolloutGroup
 from ..rlvr.rollout.sampler import SamplingParams, generate
 from ..rlvr.rollout_source import InProcessRollouts
+from ..rlvr.step_loss import StepLoss
 from ..rlvr.tasks import Task, examples, make_task
 from ..rlvr.tool_turns import RunnerToolTurns
-from ..rlvr.trainer import PolicyBatch, PolicyTrainer, build_policy_batch
+from ..rlvr.trainer import PolicyTrainer
 from ..runtime.device import resolve_compute_dtype
 from .setup import Context, TrainedArm, windowed_curves
 from .spec import CurveBudget, Numbers
@@ -95,9 +97,10 @@ def policy_trainer(model, cfg: RLVRConfig) -> PolicyTrainer:
     """The learner of a run of `cfg` on `model` (no reference: the KL term needs none at
     kl_coef 0, which is what the measurements here use), as `rlvr.loop` builds it."""
     device = next(model.parameters()).device
-    return PolicyTrainer.for_run(model, None, cfg.resolved_objective(), cfg,
-                                 resolve_compute_dtype(cfg.train.compute_dtype, device,
-                                                       precision_workload(model)).name)
+    return PolicyTrainer(model, None, StepLoss(cfg.resolved_objective()), cfg.train,
+                         temperature=cfg.rollout.temperature,
+                         compute_dtype=resolve_compute_dtype(cfg.train.compute_dtype, device,
+                                                             precision_workload(model)).name)
 
 
 def own_samples(model, tokenizer, task: Task, *, split: str, seed: int, prompts: int,
@@ -160,9 +163,9 @@ def drift(model_path: Path, reference_path: Path, task: Task, *, split: str = "t
                              prompts=prompts, samples=samples, max_new_tokens=max_new_tokens,
                              temperature=temperature)
     mask = own.batch.mask
-    kl = objectives.kl_penalty(own.logp, own.other_logp, "k3")
-    return Drift(kl_to_reference=float(objectives.masked_mean(kl, mask)),
-                 entropy=float(objectives.masked_mean(own.entropy, mask)),
+    kl = token_math.kl_penalty(own.logp, own.other_logp, "k3")
+    return Drift(kl_to_reference=float(token_math.masked_mean(kl, mask)),
+                 entropy=float(token_math.masked_mean(own.entropy, mask)),
                  tokens=int(mask.sum()))
 
 
@@ -185,7 +188,7 @@ def forking(model_path: Path, base_path: Path, task: Task, *, rho: float = 0.2,
             max_new_tokens: int = 64, temperature: float = 1.0, draws: int = 32,
             top_tokens: int = 12, shown: int = 3) -> Forking:
     """How much of the change from `base` to `model` (|log p_model - log p_base| per token)
-    falls on the base's top-`rho` tokens by entropy (objectives.top_entropy_mask, the mask
+    falls on the base's top-`rho` tokens by entropy (token_math.top_entropy_mask, the mask
     `loss.entropy_top_rho` trains on), against `draws` random masks of the same size, on
     `prompts` x `samples` completions the base samples itself."""
     own = scored_own_samples(base_path, model_path, task, split=split, seed=seed,
@@ -194,7 +197,7 @@ def forking(model_path: Path, base_path: Path, task: Task, *, rho: float = 0.2,
     batch, entropy = own.batch, own.entropy
     mask = batch.mask > 0
     change = (own.other_logp - own.logp).abs() * mask
-    top = objectives.top_entropy_mask(entropy, batch.mask, rho) > 0
+    top = token_math.top_entropy_mask(entropy, batch.mask, rho) > 0
     total = float(change.sum())
     random_shares = random_mask_shares(change, mask, int(top.sum()), draws, seed + 1)
     forks, marked = forking_tokens(own.tokenizer, batch.completion_ids, mask, top, top_tokens)

@@ -32,6 +32,7 @@ from ..runtime.metrics import MetricsLogger, StepProgress
 from ..runtime.optim import adamw
 from ..runtime.trackers import open_trackers
 from . import imitation, lora
+from .batch import build_policy_batch
 from .config import SFT_RESUME_FREE_FIELDS, SFTConfig
 from .logprobs import completion_logprobs
 from .model import (
@@ -43,7 +44,6 @@ from .model import (
 )
 from .rollout.sampler import SamplingParams, generate
 from .tasks import make_task
-from .trainer import build_policy_batch
 
 TEACHER_BATCH = 256  # prompts per teacher generate() call when sampling demonstrations
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from . import objectives
 from .attention import training_attention
 from .layout import Layout, packed_layout, padded_layout
+from .token_math import token_entropy_from_logits
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -79,5 +79,5 @@ def completion_logprobs(model, batch, temperature: float = 1.0, with_entropy: bo
     if with_entropy:
         with torch.no_grad():
             entropy = torch.zeros_like(logp).index_put(
-                layout.token_index, objectives.token_entropy_from_logits(logits.detach()))
+                layout.token_index, token_entropy_from_logits(logits.detach()))
     return logp, entropy

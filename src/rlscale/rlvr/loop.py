@@ -43,6 +43,8 @@ from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
 from ..runtime.trackers import open_trackers
 from ..runtime.versions import staleness
 from . import lora, objectives, shaping
+from .advantages import ADVANTAGE_ESTIMATORS
+from .batch import build_policy_batch
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
@@ -55,10 +57,12 @@ from .model import (
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, step_seed
 from .rollout_source import InProcessRollouts, RolloutSource
+from .step_loss import StepLoss
 from .tasks import make_task
+from .token_math import masked_mean
 from .tool_turns import RunnerToolTurns
 from .trace_stats import behaviour_means, length_by_outcome, mean_by_difficulty
-from .trainer import PolicyTrainer, build_policy_batch
+from .trainer import PolicyTrainer
 
 # A step with any of these not finite is undone and counted (see runtime/health.py). The
 # trainer drops non-finite loss terms from its averages, so a NaN loss shows as a NaN
@@ -166,8 +170,9 @@ class RLVRRun:
         self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer
                                      ).to(self.device)
                         if self.objective.uses_teacher else None)
-        self.trainer = PolicyTrainer.for_run(self.model, self.reference, self.objective, cfg,
-                                             self.compute_dtype)
+        self.trainer = PolicyTrainer(self.model, self.reference, StepLoss(self.objective),
+                                     cfg.train, temperature=cfg.rollout.temperature,
+                                     compute_dtype=self.compute_dtype)
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
         # Where batches come from: the sampler on this model, or the fleet (set in train()).
@@ -259,9 +264,7 @@ class RLVRRun:
         group, metrics = self.rollouts.next_batch(self.step, self.trainer.version)
         t_collect = time.perf_counter() - t0
         rewards, length_stats = shaped_rewards(group, self.objective, cfg)
-        advantages = objectives.group_advantages(
-            rewards, size, std_normalize=self.objective.advantage_std_normalize,
-            leave_one_out=self.objective.advantage_leave_one_out)
+        advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, size)
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,
                                    r.sampler_logprobs, self.tokenizer.pad_token_id,
@@ -320,13 +323,13 @@ class RLVRRun:
 
     def _score_teacher(self, batch, metrics: dict[str, float]) -> None:
         """With a teacher: its log-probs of every sampled token, into the batch (the trainer
-        turns them into per-token advantages against pi_old, imitation.teacher_advantages)."""
+        turns them into per-token advantages against pi_old, advantages.teacher_advantages)."""
         if self.teacher is None:
             return
         t0 = time.perf_counter()
         batch.teacher_logprobs = self.trainer.score_logprobs(self.teacher, batch)
         metrics["opd/teacher_logp_mean"] = float(
-            objectives.masked_mean(batch.teacher_logprobs, batch.mask))
+            masked_mean(batch.teacher_logprobs, batch.mask))
         metrics["time/teacher_s"] = time.perf_counter() - t0
 
     def _evaluate(self, model) -> dict[str, float]:

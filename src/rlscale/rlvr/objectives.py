@@ -1,4 +1,4 @@
-"""Policy-gradient objectives for RLVR: advantages, ratios, clipping, KL, aggregation, IS.
+"""Policy-gradient objectives for RLVR: ratios, clipping, aggregation, KL in the loss, IS.
 
 Pure tensor math, no model and no loop. Every choice that a paper changes (how the ratio is
 formed, how per-token terms are averaged, which KL estimator, how off-policy samples are
@@ -6,8 +6,10 @@ corrected) is a small function registered by name; an `Objective` is one typed r
 those choices, and `PRESETS` names the combinations the papers used. A new objective should
 be a new function plus a preset, not a new branch.
 
-SFT and DFT (the same per-token policy-gradient loss with other weights) and on-policy
-distillation's per-token advantages are in `rlvr.imitation`.
+Beside it: the advantage estimators (`rlvr.advantages`), the masked helpers, KL estimators
+and entropies the math is written in (`rlvr.token_math`), the loss's figures
+(`rlvr.loss_metrics`), SFT and DFT (`rlvr.imitation`), and what a trainer step asks of an
+objective (`rlvr.step_loss`).
 
 Shapes: per-token tensors are `[B, T]` with `mask` 1 on completion tokens; `advantages` is
 `[B]`; a group of `group_size` consecutive rows shares one prompt. Conventions are in
@@ -16,7 +18,6 @@ DESIGN.md ("Math conventions").
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -25,158 +26,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
-# ----------------------------------------------------------------------------- helpers
-
-
-def _positive(denominator: Tensor | float) -> Tensor | float:
-    """A denominator that is never zero: an empty sum is divided by 1 and stays 0, not NaN."""
-    if isinstance(denominator, Tensor):
-        return torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-    return denominator if denominator > 0 else 1.0
-
-
-def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Sum of `x * mask`; positions outside the mask are dropped with `where`, so an inf or
-    NaN sitting in padding cannot leak into the sum."""
-    x = torch.where(mask > 0, x * mask, torch.zeros_like(x))
-    return x.sum() if dim is None else x.sum(dim)
-
-
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of `x` over the masked positions; 0 where nothing is masked in."""
-    count = mask.sum() if dim is None else mask.sum(dim)
-    return masked_sum(x, mask, dim) / _positive(count)
-
-
-def _masked_delta(a: Tensor, b: Tensor, mask: Tensor) -> Tensor:
-    """`a - b` on active tokens and exactly 0 elsewhere. Log-differences are zeroed *before*
-    they are exponentiated: padding often holds arbitrary log-probs, and exp of those would
-    overflow and turn into NaN gradients even if the result were masked afterwards."""
-    return torch.where(mask > 0, a - b, torch.zeros_like(a))
-
-
-def _float(x: Tensor) -> float:
-    return float(x.detach().item())
-
-
-def _share(flags: Tensor, units: Tensor) -> float:
-    """Share of `units` where `flags` holds, as a python float (0 when there are no units)."""
-    return int((flags & units).sum()) / max(int(units.sum()), 1)
-
-
-def _check_name(what: str, name: str, registry: dict) -> None:
-    if name not in registry:
-        raise ValueError(f"unknown {what} {name!r}; choose from {sorted(registry)}")
-
-
-def _stats(values: Tensor, keep: Tensor, empty: float) -> tuple[float, float]:
-    """(mean, max) of `values[keep]` as python floats; `empty` for both if nothing is kept."""
-    if not bool(keep.any()):
-        return empty, empty
-    kept = values.detach()[keep]
-    return _float(kept.mean()), _float(kept.max())
-
-
-# ----------------------------------------------------------------------------- advantages
-
-
-def group_advantages(
-    rewards: Tensor,
-    group_size: int,
-    *,
-    std_normalize: bool = False,
-    leave_one_out: bool = False,
-    eps: float = 1e-6,
-) -> Tensor:
-    """Group-relative advantages: each completion is scored against its siblings.
-
-    `rewards` is `[N]`, consecutive blocks of `group_size` share a prompt; returns `[N]`.
-
-    - default: `A_i = R_i - mean(group)`. The group mean is a per-prompt baseline, so a
-      prompt's difficulty does not leak into the gradient.
-    - `leave_one_out` (RLOO, Ahmadian et al. 2024): `A_i = R_i - mean(others)`, which keeps
-      the baseline independent of `R_i` and the estimator unbiased. It equals
-      `G/(G-1) * (R_i - mean)`.
-    - `std_normalize` (original GRPO): divide by the group's *population* std
-      (`unbiased=False`) plus `eps`. Population std is defined for any group size and makes
-      a group's default advantages exactly unit-variance; Dr. GRPO (Liu et al. 2025) argues
-      the division over-weights near-uniform (too easy / too hard) prompts, so it is off by
-      default.
-
-    A group whose rewards are all equal carries no signal and gets exactly 0, whatever the
-    flags: float sums of equal numbers need not divide back to the same number, so this is
-    enforced rather than left to rounding.
-    """
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
-    if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    if leave_one_out and group_size < 2:
-        raise ValueError("leave_one_out needs group_size >= 2")
-    dtype = torch.promote_types(rewards.dtype, torch.float32)
-    grouped = rewards.detach().to(dtype).view(-1, group_size)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    if leave_one_out:
-        centred = centred * (group_size / (group_size - 1))
-    if std_normalize:
-        centred = centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
-    uniform = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
-    return torch.where(uniform, torch.zeros_like(centred), centred).view(-1)
-
-
-def registrar(table: dict[str, Callable]) -> Callable[[str], Callable[[Callable], Callable]]:
-    """A decorator factory: `@register("name")` puts the function in `table` under that name."""
-
-    def register(name: str) -> Callable[[Callable], Callable]:
-        def add(fn: Callable) -> Callable:
-            table[name] = fn
-            return fn
-
-        return add
-
-    return register
-
-
-# ----------------------------------------------------------------------------- KL estimators
-# Schulman, "Approximating KL Divergence" (2020). Samples come from the policy, and with
-# d = ref_logp - logp = log(ref/pi) each estimator is a per-token estimate of KL(pi || ref).
-
-KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {}
-
-
-register_kl = registrar(KL_ESTIMATORS)
-
-
-@register_kl("k1")
-def kl_k1(d: Tensor) -> Tensor:
-    """`-d`: unbiased but high-variance, and negative on many tokens."""
-    return -d
-
-
-@register_kl("k2")
-def kl_k2(d: Tensor) -> Tensor:
-    """`d^2 / 2`: biased but low-variance; always >= 0."""
-    return 0.5 * d * d
-
-
-@register_kl("k3")
-def kl_k3(d: Tensor) -> Tensor:
-    """`exp(d) - d - 1`: unbiased *and* always >= 0 (the GRPO choice). `expm1` keeps it
-    accurate for small `d`, where it behaves like k2."""
-    return torch.expm1(d) - d
-
-
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
-    """Elementwise KL estimate of the policy to the reference; `d = ref_logp - logp`."""
-    if kind not in KL_ESTIMATORS:
-        raise ValueError(f"unknown kl kind {kind!r}; choose from {sorted(KL_ESTIMATORS)}")
-    return KL_ESTIMATORS[kind](ref_logp - logp)
-
+from .advantages import estimator_name as advantage_estimator_name
+from .loss_metrics import LossMetrics, behaviour_weight_metrics, log_ratio_spread, ratio_metrics
+from .token_math import (
+    KL_ESTIMATORS,
+    active_units,
+    as_float,
+    check_name,
+    kl_k3,
+    masked_delta,
+    masked_mean,
+    masked_sum,
+    per_unit,
+    positive,
+    registrar,
+    unit_weight,
+)
 
 # ----------------------------------------------------------------------------- aggregation
-# How per-token terms [B, T] become one scalar. Every aggregation divides by minibatch-wide
-# counts when given (`num_sequences`, `num_tokens`), so micro-batch losses sum to the
-# minibatch loss exactly; otherwise by this call's own counts.
 
 AGGREGATIONS: dict[str, Callable[..., Tensor]] = {}
 
@@ -189,7 +56,7 @@ def token_mean(values, mask, *, num_sequences=None, num_tokens=None, norm_length
     """DAPO: every token of the minibatch weighs the same, so a long completion's tokens
     are not diluted by its length (and long bad patterns are penalised in full)."""
     total = mask.sum() if num_tokens is None else num_tokens
-    return masked_sum(values, mask) / _positive(total)
+    return masked_sum(values, mask) / positive(total)
 
 
 @register_aggregation("seq-mean-token-mean")
@@ -197,9 +64,9 @@ def seq_mean_token_mean(values, mask, *, num_sequences=None, num_tokens=None, no
     """Original GRPO: average within each completion (1/|y_i|), then over completions. Each
     completion weighs the same, so a token of a long one weighs less, which Dr. GRPO shows
     biases the model towards long wrong answers."""
-    per_sequence = masked_sum(values, mask, dim=-1) / _positive(mask.sum(dim=-1))
+    per_sequence = masked_sum(values, mask, dim=-1) / positive(mask.sum(dim=-1))
     count = values.shape[0] if num_sequences is None else num_sequences
-    return per_sequence.sum() / _positive(count)
+    return per_sequence.sum() / positive(count)
 
 
 @register_aggregation("seq-mean-token-sum")
@@ -207,7 +74,7 @@ def seq_mean_token_sum(values, mask, *, num_sequences=None, num_tokens=None, nor
     """Sum within each completion, mean over completions: the REINFORCE gradient of the
     sequence log-likelihood, and what a sequence-level ratio reduces to at theta_old."""
     count = values.shape[0] if num_sequences is None else num_sequences
-    return masked_sum(values, mask) / _positive(count)
+    return masked_sum(values, mask) / positive(count)
 
 
 @register_aggregation("seq-mean-token-sum-norm")
@@ -218,7 +85,7 @@ def seq_mean_token_sum_norm(values, mask, *, num_sequences=None, num_tokens=None
     if norm_length is None:
         raise ValueError("seq-mean-token-sum-norm needs norm_length (e.g. max_new_tokens)")
     count = values.shape[0] if num_sequences is None else num_sequences
-    return masked_sum(values, mask) / (norm_length * _positive(count))
+    return masked_sum(values, mask) / (norm_length * positive(count))
 
 
 @dataclass(frozen=True)
@@ -233,7 +100,7 @@ class Aggregation:
     norm_length: float | None = None
 
     def __post_init__(self) -> None:
-        _check_name("aggregation", self.name, AGGREGATIONS)
+        check_name("aggregation", self.name, AGGREGATIONS)
 
     def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
         return AGGREGATIONS[self.name](values, mask, num_sequences=self.num_sequences,
@@ -241,9 +108,6 @@ class Aggregation:
 
 
 # ----------------------------------------------------------------------------- surrogates
-# The clipped objective at each ratio level. Both take the ratio of their level (`[B, T]`
-# tokens or `[B]` sequences), the `[B]` advantages and the detached behaviour weight of the
-# same level (None: no correction), and return the loss to minimise.
 
 
 def clipped_surrogate(
@@ -267,7 +131,7 @@ def token_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip_lo
     `r` is `[B, T]`; `A` is `[B]` (each sequence's advantage shared by its tokens) or `[B, T]`
     (each token its own, as in on-policy distillation); `w` is the behaviour weight (1
     without a correction)."""
-    surrogate = clipped_surrogate(ratio, _per_unit(advantages, ratio), clip_low, clip_high)
+    surrogate = clipped_surrogate(ratio, per_unit(advantages, ratio), clip_low, clip_high)
     if behaviour_weight is not None:
         surrogate = surrogate * behaviour_weight
     return aggregate(-surrogate, mask)
@@ -283,37 +147,15 @@ def sequence_level_loss(ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip
     `s` is `[B]`. The unit that is rewarded, corrected and clipped is the sequence, so the
     token aggregation does not apply; only its `num_sequences` (N) is read. Rows without
     tokens count in N but add nothing."""
-    surrogate = clipped_surrogate(ratio, _per_unit(advantages, ratio), clip_low, clip_high)
+    surrogate = clipped_surrogate(ratio, per_unit(advantages, ratio), clip_low, clip_high)
     if behaviour_weight is not None:
         surrogate = surrogate * behaviour_weight
     count = surrogate.shape[0] if aggregate.num_sequences is None else aggregate.num_sequences
-    loss = torch.where(_units(ratio, mask), -surrogate, torch.zeros_like(surrogate)).sum()
-    return loss / _positive(count)
-
-
-def _units(ratio: Tensor, mask: Tensor) -> Tensor:
-    """The units a ratio lives on: active tokens `[B, T]` for a token ratio, sequences with
-    any active token `[B]` for a sequence ratio."""
-    active = mask > 0
-    return active if ratio.dim() == active.dim() else active.any(dim=-1)
-
-
-def _per_unit(advantages: Tensor, ratio: Tensor) -> Tensor:
-    """Advantages at the ratio's level: `[B]` ones are shared by every token for `[B, T]`
-    ratios; `[B, T]` ones (per-token, e.g. on-policy distillation's) are used as they are,
-    and only a token ratio can take them."""
-    if advantages.dim() == 2:
-        if ratio.dim() != 2:
-            raise ValueError("per-token advantages [B, T] need ratio_level 'token'")
-        return advantages
-    return advantages[:, None].expand_as(ratio) if ratio.dim() == 2 else advantages
+    loss = torch.where(active_units(ratio, mask), -surrogate, torch.zeros_like(surrogate)).sum()
+    return loss / positive(count)
 
 
 # ----------------------------------------------------------------------------- ratios
-# Each level maps masked per-token log-differences [B, T] to the log of the importance ratio
-# at that level ([B, T] for tokens, [B] for sequences), and names the surrogate loss that
-# clips at that level.
-
 
 @dataclass(frozen=True)
 class RatioLevel:
@@ -355,7 +197,7 @@ def sequence_mean_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     """GSPO (Zheng et al. 2025): the geometric mean of the token ratios, `mean_t`, so that
     one clip range fits every length. Its gradient reaches every token of the sequence
     with weight `s_i / |y_i|`, the GSPO gradient, through autograd."""
-    return delta.sum(dim=-1) / _positive(mask.sum(dim=-1))
+    return delta.sum(dim=-1) / positive(mask.sum(dim=-1))
 
 
 def sequence_ratio(
@@ -364,39 +206,13 @@ def sequence_ratio(
     """`[B]` sequence ratios `exp(sum_t (logp - old_logp))`, or with `length_normalize`
     GSPO's `exp(mean_t ...)`, over the masked tokens."""
     level = RATIO_LEVELS["sequence_mean" if length_normalize else "sequence"]
-    return torch.exp(level.log_ratio(_masked_delta(logp, old_logp.detach(), mask), mask))
-
-
-def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
-                       lag: Tensor) -> dict[str, float]:
-    """The factor pi_old/mu of the full ratio, measured apart on fresh and on lagged tokens.
-
-    On tokens drawn by the very weights being trained (`lag == 0`) the gap between the
-    trainer's pi_old and the sampler's mu is the engine mismatch alone (another dtype,
-    kernels, top-p truncation); on older tokens it also holds the staleness drift. Each is
-    reported as KL(mu || pi_old) per token by the k3 estimator on mu's own samples: with
-    `d = log pi_old - log mu`, `E_mu[exp(d) - d - 1] = KL(mu || pi_old)`, never negative.
-    """
-    kl = kl_k3((old_logp - behaviour_logp).detach().float())
-    active = mask > 0
-    out: dict[str, float] = {"behaviour/stale_token_share": _share(lag > 0, active)}
-    for name, keep in (("engine_kl", active & (lag == 0)), ("stale_kl", active & (lag > 0))):
-        if bool(keep.any()):
-            out[f"behaviour/{name}"] = _float(kl[keep].mean())
-    return out
+    return torch.exp(level.log_ratio(masked_delta(logp, old_logp.detach(), mask), mask))
 
 
 # ----------------------------------------------------------------------------- behaviour correction
 # The sampler's log-probs mu differ from the trainer's pi_old (other kernels, precision,
 # stale weights in async runs). The weight w = pi_old / mu is detached, formed at the same
 # level as the ratio, and bounded so one odd sample cannot dominate the batch.
-
-def unit_weight(values: Tensor, _: object) -> Tensor:
-    """A weight of 1 on every entry of `values`: the behaviour correction "none" (samples
-    treated as on-policy for pi_old; their weights are still logged), and SFT's demonstration
-    weight "one" (`w_t = 1` on every target token, see "SFT and DFT")."""
-    return torch.ones_like(values)
-
 
 BEHAVIOUR_CORRECTIONS: dict[str, Callable[[Tensor, float], Tensor]] = {"none": unit_weight}
 
@@ -445,33 +261,6 @@ class LossInputs:
 
 
 @dataclass(frozen=True)
-class LossMetrics:
-    """The figures of one `policy_loss` call, over its active units (tokens, or sequences for
-    sequence ratios); `as_dict` gives them under their logged names."""
-
-    policy_loss: float      # loss/policy: the clipped surrogate alone
-    total_loss: float       # loss: what is minimised (surrogate + kl_coef * KL term)
-    kl_old_new: float       # kl/old_new: KL(pi_old || pi_theta) per token (k3): how far it moved
-    kl_mean: float | None   # kl/mean: KL to the reference per token; None without ref_logp
-    kl_loss: float | None   # kl/loss: the aggregated KL term; None when kl_coef is 0
-    ratio: dict[str, float]      # ratio_metrics: clip shares, ratio mean and max
-    behaviour: dict[str, float]  # behaviour_weight_metrics; empty without behaviour_logp
-
-    def as_dict(self) -> dict[str, float]:
-        """The metrics by their logged names, in the order they have always been logged."""
-        out = dict(self.behaviour)
-        if self.kl_mean is not None:
-            out["kl/mean"] = self.kl_mean
-        if self.kl_loss is not None:
-            out["kl/loss"] = self.kl_loss
-        out.update(self.ratio)
-        out["kl/old_new"] = self.kl_old_new
-        out["loss/policy"] = self.policy_loss
-        out["loss"] = self.total_loss
-        return out
-
-
-@dataclass(frozen=True)
 class LossOutput:
     loss: Tensor  # the scalar to minimise
     metrics: LossMetrics
@@ -501,15 +290,15 @@ def policy_loss(inputs: LossInputs, objective: Objective) -> LossOutput:
     aggregate = Aggregation(o.aggregation, inputs.num_sequences, inputs.num_tokens, o.norm_length)
 
     old_logp = inputs.old_logp.detach().to(dtype)
-    ratio = torch.exp(level.log_ratio(_masked_delta(logp, old_logp, mask), mask))
+    ratio = torch.exp(level.log_ratio(masked_delta(logp, old_logp, mask), mask))
     advantages = inputs.advantages.detach().to(dtype)
-    units = _units(ratio, mask)
+    units = active_units(ratio, mask)
 
     behaviour: dict[str, float] = {}
     weight = None
     if inputs.behaviour_logp is not None:
         behaviour_logp = inputs.behaviour_logp.detach().to(dtype)
-        raw_weight = torch.exp(level.log_ratio(_masked_delta(old_logp, behaviour_logp, mask), mask))
+        raw_weight = torch.exp(level.log_ratio(masked_delta(old_logp, behaviour_logp, mask), mask))
         weight = BEHAVIOUR_CORRECTIONS[o.is_correction](raw_weight, o.is_threshold)
         behaviour = behaviour_weight_metrics(raw_weight, units, o.is_threshold)
 
@@ -518,101 +307,20 @@ def policy_loss(inputs: LossInputs, objective: Objective) -> LossOutput:
     loss = pg_loss
     kl_mean = kl_loss_value = None
     if inputs.ref_logp is not None:
-        kl = KL_ESTIMATORS[o.kl_kind](_masked_delta(inputs.ref_logp.detach().to(dtype), logp, mask))
-        kl_mean = _float(masked_mean(kl, mask))
+        kl = KL_ESTIMATORS[o.kl_kind](masked_delta(inputs.ref_logp.detach().to(dtype), logp, mask))
+        kl_mean = as_float(masked_mean(kl, mask))
         if o.kl_coef != 0.0:
             kl_loss = aggregate(kl, mask)
-            kl_loss_value = _float(kl_loss)
+            kl_loss_value = as_float(kl_loss)
             loss = loss + o.kl_coef * kl_loss
 
     ratio_figures = {**ratio_metrics(ratio, advantages, units, o.clip_low, o.clip_high),
-                     **log_ratio_spread(_masked_delta(logp, old_logp, mask), mask)}
+                     **log_ratio_spread(masked_delta(logp, old_logp, mask), mask)}
     metrics = LossMetrics(
-        policy_loss=_float(pg_loss), total_loss=_float(loss),
-        kl_old_new=_float(masked_mean(kl_k3(_masked_delta(logp, old_logp, mask)), mask)),
+        policy_loss=as_float(pg_loss), total_loss=as_float(loss),
+        kl_old_new=as_float(masked_mean(kl_k3(masked_delta(logp, old_logp, mask)), mask)),
         kl_mean=kl_mean, kl_loss=kl_loss_value, ratio=ratio_figures, behaviour=behaviour)
     return LossOutput(loss, metrics)
-
-
-@torch.no_grad()
-def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: float,
-                  clip_high: float) -> dict[str, float]:
-    """Clip shares and ratio statistics over the active `units` (tokens or sequences).
-
-    `clip/low_frac` counts units where `A < 0` and `r < 1 - clip_low`, `clip/high_frac`
-    units where `A > 0` and `r > 1 + clip_high`: exactly the cases where the min picks the
-    clipped branch and it differs."""
-    advantages = _per_unit(advantages, ratio)
-    low = _share((advantages < 0) & (ratio < 1.0 - clip_low), units)
-    high = _share((advantages > 0) & (ratio > 1.0 + clip_high), units)
-    mean, largest = _stats(ratio, units, 1.0)
-    return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
-            "ratio/mean": mean, "ratio/max": largest}
-
-
-@torch.no_grad()
-def log_ratio_spread(delta: Tensor, mask: Tensor) -> dict[str, float]:
-    """The spread of the importance ratio at both levels, whatever level the objective
-    uses: the variance of the token log-ratios `delta` over active tokens, and of the
-    sequence log-ratios `sum_t delta_t` over sequences with an active token (logs: the
-    ratio itself is ruled by a few outliers). 0 where there are fewer than two units; both
-    are exactly 0 on-policy, where every ratio is 1."""
-    active = mask > 0
-    sequences = active.any(dim=-1)
-    tokens = delta.detach()[active]
-    sums = (delta.detach() * active).sum(dim=-1)[sequences]
-    return {"ratio/token_log_var": _float(tokens.var()) if tokens.numel() > 1 else 0.0,
-            "ratio/sequence_log_var": _float(sums.var()) if sums.numel() > 1 else 0.0}
-
-
-def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,
-                             threshold: float) -> dict[str, float]:
-    """The raw behaviour weights pi_old/mu over the active `units`, before truncation or
-    masking: mean and max, and the shares that TIS would truncate (`w > C`) and MIS would
-    mask (`w` outside `[1/C, C]`)."""
-    inside = (raw_weight >= 1.0 / threshold) & (raw_weight <= threshold)
-    mean, largest = _stats(raw_weight, units, 1.0)
-    return {"behaviour/weight_mean": mean, "behaviour/weight_max": largest,
-            "behaviour/truncated_frac": _share(raw_weight > threshold, units),
-            "behaviour/masked_frac": _share(~inside, units)}
-
-
-# ----------------------------------------------------------------------------- entropy
-
-
-def token_entropy_from_logits(logits: Tensor) -> Tensor:
-    """`[B, T, V]` logits -> `[B, T]` entropies, from `log_softmax` (no exp overflow) and
-    with `p log p = 0` where `p = 0`, so vocabularies masked with `-inf` stay finite."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    log_probs = torch.log_softmax(logits, dim=-1)
-    probs = log_probs.exp()
-    safe_log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
-    return -(probs * safe_log_probs).sum(dim=-1)
-
-
-def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float) -> Tensor:
-    """Keep the top-`rho` share of active tokens by entropy, across the whole batch.
-
-    Wang et al. 2025 ("Beyond the 80/20 Rule") find that RLVR's gains come from the few
-    high-entropy "forking" tokens where the reasoning path branches, and that restricting
-    the policy gradient to the top 20% matches or beats the full gradient. The threshold is
-    the `ceil(rho * n_active)`-th largest active entropy; ties at it are all kept. Pass the
-    result as `policy_loss`'s `mask`, and (to keep the paper's normalisation over all
-    response tokens) `num_tokens=` the original mask's token count. `rho = 1` returns
-    `mask` unchanged.
-    """
-    if not 0.0 < rho <= 1.0:
-        raise ValueError(f"rho must be in (0, 1], got {rho}")
-    mask = mask.to(torch.promote_types(mask.dtype, torch.float32))
-    if rho == 1.0:
-        return mask
-    active = mask > 0
-    n_active = int(active.sum())
-    if n_active == 0:
-        return mask
-    k = max(1, math.ceil(rho * n_active))
-    threshold = entropy.detach()[active].topk(k).values[-1]
-    return torch.where(active & (entropy.detach() >= threshold), mask, torch.zeros_like(mask))
 
 
 # ----------------------------------------------------------------------------- objectives
@@ -645,7 +353,7 @@ class Objective:
     ("off" for every refinement), not any one paper's.
     """
 
-    # advantages (group_advantages)
+    # advantages (advantages.ADVANTAGE_ESTIMATORS, by `advantage_estimator`)
     advantage_std_normalize: bool = False
     advantage_leave_one_out: bool = False
     # the clipped surrogate (policy_loss)
@@ -682,7 +390,7 @@ class Objective:
         for spec in fields(self):
             value = getattr(self, spec.name)
             if "choices" in spec.metadata:
-                _check_name(spec.name, value, spec.metadata["choices"])
+                check_name(spec.name, value, spec.metadata["choices"])
             for bound, limit in spec.metadata.get("bounds", {}).items():
                 holds, sign = _BOUNDS[bound]
                 if value is not None and not holds(value, limit):
@@ -694,6 +402,13 @@ class Objective:
     @property
     def uses_teacher(self) -> bool:
         return self.teacher_weight != 0.0
+
+    @property
+    def advantage_estimator(self) -> str:
+        """The registered sequence estimator (advantages.ADVANTAGE_ESTIMATORS) the two
+        `advantage_*` switches choose."""
+        return advantage_estimator_name(std_normalize=self.advantage_std_normalize,
+                                        leave_one_out=self.advantage_leave_one_out)
 
 
 PRESETS: dict[str, Objective] = {

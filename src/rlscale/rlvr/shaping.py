@@ -2,7 +2,7 @@
 
 Pure functions on tensors (or anything `torch.as_tensor` accepts); each returns a term to
 *add* to the verifier's rewards (`[N]`, <= 0). Groups are consecutive blocks of
-`group_size` rows that share a prompt, as in `objectives.group_advantages`.
+`group_size` rows that share a prompt, as in `advantages.group_advantages`.
 
 `SHAPING_TERMS` registers each term by the `Objective` field that switches it on, and
 `shape_rewards` adds every term an objective enables: a new term is a new entry, not a new

@@ -1,0 +1,115 @@
+"""The figures a policy-gradient loss reports: clip shares, ratio statistics, the spread of
+the log-ratios, the behaviour weights pi_old/mu, and the engine/staleness mismatch. Read
+under `torch.no_grad`; nothing here changes the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .token_math import as_float, kl_k3, per_unit
+
+
+def share(flags: Tensor, units: Tensor) -> float:
+    """Share of `units` where `flags` holds, as a python float (0 when there are no units)."""
+    return int((flags & units).sum()) / max(int(units.sum()), 1)
+
+
+def kept_stats(values: Tensor, keep: Tensor, empty: float) -> tuple[float, float]:
+    """(mean, max) of `values[keep]` as python floats; `empty` for both if nothing is kept."""
+    if not bool(keep.any()):
+        return empty, empty
+    kept = values.detach()[keep]
+    return as_float(kept.mean()), as_float(kept.max())
+
+
+@dataclass(frozen=True)
+class LossMetrics:
+    """The figures of one `policy_loss` call, over its active units (tokens, or sequences for
+    sequence ratios); `as_dict` gives them under their logged names."""
+
+    policy_loss: float      # loss/policy: the clipped surrogate alone
+    total_loss: float       # loss: what is minimised (surrogate + kl_coef * KL term)
+    kl_old_new: float       # kl/old_new: KL(pi_old || pi_theta) per token (k3): how far it moved
+    kl_mean: float | None   # kl/mean: KL to the reference per token; None without ref_logp
+    kl_loss: float | None   # kl/loss: the aggregated KL term; None when kl_coef is 0
+    ratio: dict[str, float]      # ratio_metrics: clip shares, ratio mean and max
+    behaviour: dict[str, float]  # behaviour_weight_metrics; empty without behaviour_logp
+
+    def as_dict(self) -> dict[str, float]:
+        """The metrics by their logged names, in the order they have always been logged."""
+        out = dict(self.behaviour)
+        if self.kl_mean is not None:
+            out["kl/mean"] = self.kl_mean
+        if self.kl_loss is not None:
+            out["kl/loss"] = self.kl_loss
+        out.update(self.ratio)
+        out["kl/old_new"] = self.kl_old_new
+        out["loss/policy"] = self.policy_loss
+        out["loss"] = self.total_loss
+        return out
+
+
+@torch.no_grad()
+def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: float,
+                  clip_high: float) -> dict[str, float]:
+    """Clip shares and ratio statistics over the active `units` (tokens or sequences).
+
+    `clip/low_frac` counts units where `A < 0` and `r < 1 - clip_low`, `clip/high_frac`
+    units where `A > 0` and `r > 1 + clip_high`: exactly the cases where the min picks the
+    clipped branch and it differs."""
+    advantages = per_unit(advantages, ratio)
+    low = share((advantages < 0) & (ratio < 1.0 - clip_low), units)
+    high = share((advantages > 0) & (ratio > 1.0 + clip_high), units)
+    mean, largest = kept_stats(ratio, units, 1.0)
+    return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
+            "ratio/mean": mean, "ratio/max": largest}
+
+
+@torch.no_grad()
+def log_ratio_spread(delta: Tensor, mask: Tensor) -> dict[str, float]:
+    """The spread of the importance ratio at both levels, whatever level the objective
+    uses: the variance of the token log-ratios `delta` over active tokens, and of the
+    sequence log-ratios `sum_t delta_t` over sequences with an active token (logs: the
+    ratio itself is ruled by a few outliers). 0 where there are fewer than two units; both
+    are exactly 0 on-policy, where every ratio is 1."""
+    active = mask > 0
+    sequences = active.any(dim=-1)
+    tokens = delta.detach()[active]
+    sums = (delta.detach() * active).sum(dim=-1)[sequences]
+    return {"ratio/token_log_var": as_float(tokens.var()) if tokens.numel() > 1 else 0.0,
+            "ratio/sequence_log_var": as_float(sums.var()) if sums.numel() > 1 else 0.0}
+
+
+def behaviour_weight_metrics(raw_weight: Tensor, units: Tensor,
+                             threshold: float) -> dict[str, float]:
+    """The raw behaviour weights pi_old/mu over the active `units`, before truncation or
+    masking: mean and max, and the shares that TIS would truncate (`w > C`) and MIS would
+    mask (`w` outside `[1/C, C]`)."""
+    inside = (raw_weight >= 1.0 / threshold) & (raw_weight <= threshold)
+    mean, largest = kept_stats(raw_weight, units, 1.0)
+    return {"behaviour/weight_mean": mean, "behaviour/weight_max": largest,
+            "behaviour/truncated_frac": share(raw_weight > threshold, units),
+            "behaviour/masked_frac": share(~inside, units)}
+
+
+def behaviour_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor,
+                       lag: Tensor) -> dict[str, float]:
+    """The factor pi_old/mu of the full ratio, measured apart on fresh and on lagged tokens.
+
+    On tokens drawn by the very weights being trained (`lag == 0`) the gap between the
+    trainer's pi_old and the sampler's mu is the engine mismatch alone (another dtype,
+    kernels, top-p truncation); on older tokens it also holds the staleness drift. Each is
+    reported as KL(mu || pi_old) per token by the k3 estimator on mu's own samples: with
+    `d = log pi_old - log mu`, `E_mu[exp(d) - d - 1] = KL(mu || pi_old)`, never negative.
+    """
+    kl = kl_k3((old_logp - behaviour_logp).detach().float())
+    active = mask > 0
+    out: dict[str, float] = {"behaviour/stale_token_share": share(lag > 0, active)}
+    for name, keep in (("engine_kl", active & (lag == 0)), ("stale_kl", active & (lag > 0))):
+        if bool(keep.any()):
+            out[f"behaviour/{name}"] = as_float(kl[keep].mean())
+    return out
