@@ -6,7 +6,7 @@ Needs the runs of `benchmarks/async.py` (sync and inflight k=1). Measures the sp
 simulator takes as input -- decode-step time against active rows for the static sampler and
 the continuous-batching engine (tiny model, the threads each mode uses), prefill per prompt,
 and the trainer's step time against batch tokens as logged by each run -- feeds them to
-`rlscale.runtime.simulator`, and prints predicted vs measured training wall time.
+`rlscale.simulator`, and prints predicted vs measured training wall time.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rlscale.rlvr.model import load_model
 from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
 from rlscale.rlvr.rollout.sampler import SamplingParams, generate
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
-from rlscale.runtime.simulator import (
+from rlscale.simulator import (
     FleetConfig,
     InferenceFleet,
     Mode,

@@ -36,8 +36,9 @@ so its trees are deeper and the tree's share grows; game length changes too), pl
    machine the other jobs take different shares of the two measurements, and that ratio
    cancels them (with more threads than free cores it still carries the spin-waiting);
 4. the breakdown window (`--breakdown-seconds`, 0 skips it): the same moves with explicit
-   timers around the hot functions of zero/mcts.py, zero/selfplay.py, zero/network.py and the
-   game (patched here, restored after; src/ is not changed). Each timer charges only its own
+   timers around the hot functions of the search (zero/mcts.py, forest.py, puct.py,
+   gumbel.py), zero/selfplay.py, zero/network.py and the game (patched here, restored
+   after; src/ is not changed). Each timer charges only its own
    (exclusive) time, so the categories partition the window's wall time exactly:
    network forward | batching & features (game.planes, np.stack, evaluate's tensor
    conversion and softmax, prior masking) | tree (search, select, expand, backup, Gumbel root,
@@ -75,7 +76,10 @@ import torch
 from rlscale.config import load_config
 from rlscale.runtime.device import compute_context, resolve_compute_dtype, resolve_device
 from rlscale.runtime.versions import WeightStore
+from rlscale.zero import forest as forest_module
+from rlscale.zero import gumbel as gumbel_module
 from rlscale.zero import mcts as mcts_module
+from rlscale.zero import puct as puct_module
 from rlscale.zero import selfplay as selfplay_module
 from rlscale.zero.config import ZeroConfig
 from rlscale.zero.games import make_game
@@ -98,22 +102,25 @@ RULES = "game rules (Python)"
 REST = "rest (Python)"
 CATEGORIES = (NETWORK, BATCHING, TREE, KERNELS, RULES, REST)
 
-# (module or class, attribute, category) of the functions the breakdown times.
+# (module or class, attribute, category) of the functions the breakdown times. A function is
+# timed where its callers look it up: children_stats once per module that calls it.
 SEARCH_FUNCTIONS = (
     (selfplay_module, "search", TREE),  # the search's own body (virtual loss, passes, noise)
     (mcts_module, "_select", TREE),
     (mcts_module, "_expand", TREE),
     (mcts_module, "_backup", TREE),
-    (mcts_module, "_result", TREE),
-    (mcts_module, "_puct_scores", TREE),
-    (mcts_module, "_children_stats", TREE),
-    (mcts_module, "_completed_q", TREE),
-    (mcts_module._Gumbel, "root_actions", TREE),
-    (mcts_module._Gumbel, "scores", TREE),
-    (mcts_module.Forest, "advance", TREE),
-    (mcts_module.Forest, "reset", TREE),
-    (mcts_module.Forest, "_set_node", TREE),
-    (mcts_module.Forest, "ensure_capacity", TREE),
+    (mcts_module, "root_stats", TREE),
+    (mcts_module, "search_result", TREE),
+    (mcts_module, "children_stats", TREE),
+    (puct_module, "puct_scores", TREE),
+    (puct_module, "children_stats", TREE),
+    (gumbel_module, "completed_q", TREE),
+    (gumbel_module, "gumbel_scores", TREE),
+    (gumbel_module, "children_stats", TREE),
+    (forest_module.Forest, "advance", TREE),
+    (forest_module.Forest, "reset", TREE),
+    (forest_module.Forest, "_set_node", TREE),
+    (forest_module.Forest, "ensure_capacity", TREE),
     (mcts_module, "_evaluate", BATCHING),  # np.stack of the planes, dtype conversions
     (mcts_module, "_masked_priors", BATCHING),
     (selfplay_module, "policy_kl", REST),

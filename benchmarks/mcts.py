@@ -31,15 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlscale.zero.arena import (
-    DEFAULT_UCT_C,
-    NetworkAgent,
-    PureMCTSAgent,
-    load_network_agent,
-    shipped_model,
-)
+from rlscale.zero.agents import NetworkAgent, PureMCTSAgent, load_network_agent
 from rlscale.zero.games import make_game
-from rlscale.zero.mcts import search_states
+from rlscale.zero.model import shipped_model
+from rlscale.zero.search import search_states
+from rlscale.zero.uct import DEFAULT_UCT_C
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,8 +105,8 @@ def load_agent_or_fresh(model: str | None, search: str):
     if (path / "model.json").is_file():
         return load_network_agent(path, 0, game="connect4", search=search), str(path)
     from rlscale.config import load_config
-    from rlscale.zero.agent import Agent
     from rlscale.zero.config import ZeroConfig
+    from rlscale.zero.model import Model
     from rlscale.zero.network import network_for
 
     cfg = load_config(ZeroConfig, REPO / "configs" / "zero" / "connect4.yaml")
@@ -118,7 +114,7 @@ def load_agent_or_fresh(model: str | None, search: str):
     net = network_for(game, cfg.network).eval()
     mcts = cfg.mcts if search == "trained" else cfg.mcts.model_copy(
         update={"gumbel": search == "gumbel"})
-    return NetworkAgent(Agent(game, net, mcts), 0), "fresh network (no model found)"
+    return NetworkAgent(Model(game, net, mcts), 0), "fresh network (no model found)"
 
 
 def main() -> None:
@@ -136,7 +132,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     game = make_game("connect4")
     agent, source = load_agent_or_fresh(args.model, args.search)
-    net, mcts = agent.agent.net, agent.agent.mcts
+    net, mcts = agent.model.net, agent.model.mcts
     pool = positions(game, 256, rng)
     rows = network_rows(game, net, mcts, pool, args.simulations, args.seconds, rng)
     if torch.cuda.is_available():

@@ -194,3 +194,17 @@ def test_passk_plots_several_models_on_one_chart(runner, model_dir, tmp_path):
     values = curves[str(model_dir)]
     assert set(values) == {"1", "2", "4"}
     assert values["1"] <= values["2"] <= values["4"]  # pass@k never falls with k
+
+
+def test_the_command_line_is_thin():
+    """Every command module is in rlscale/cli/, where a command parses its options, builds a
+    config and calls the library: no function there grows past 80 lines."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "src" / "rlscale" / "cli"
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(package.glob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > 80]
+    assert long == []

@@ -239,7 +239,7 @@ def test_sft_config_needs_exactly_one_start(tmp_path):
                                          / "src/rlscale/configs").rglob("*.yaml")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_config_loads(path):
-    from rlscale.runtime.simulator import FleetConfig
+    from rlscale.simulator import FleetConfig
     from rlscale.zero.config import ZeroConfig
 
     if path.parent.name == "zero":

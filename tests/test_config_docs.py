@@ -15,6 +15,7 @@ DOC = ROOT / config_docs.DEFAULT_OUT
 BASES = {
     "rlscale rlvr train": lambda: {"model": {"path": "models/base"}},
     "rlscale sft": lambda: {"init_preset": "tiny"},
+    "rlscale rlvr eval": lambda: {"model": "models/base"},
     "rlscale zero train": dict,
     "rlscale fleet simulate": lambda: {
         "workload": {"steps": 1, "prompts_per_step": 1, "group_size": 1, "prompt_tokens": 0,

@@ -86,8 +86,9 @@ def test_a_heartbeat_speaks_at_most_every_interval():
 
 
 def test_a_match_reports_every_round_of_moves():
-    from rlscale.zero.arena import RandomAgent, play_match
+    from rlscale.zero.agents import RandomAgent
     from rlscale.zero.games import make_game
+    from rlscale.zero.matches import play_match
 
     calls = []
     play_match(make_game("tictactoe"), RandomAgent(0), RandomAgent(1), 4, seed=0,

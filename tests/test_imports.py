@@ -1,6 +1,8 @@
 """The layering of docs/design.md, checked on the source: no import circle (module-level or
 inside functions), `rlvr` and `zero` never import each other, `runtime` imports neither loop,
-the experiments nor the command line, and nothing imports the command line back."""
+the simulator, the experiments nor the command line, the simulator imports neither loop nor
+the experiments, and the command line (the `cli` package, the top layer, home of every
+command) is imported by nothing outside it."""
 
 import ast
 from pathlib import Path
@@ -71,7 +73,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_read():
     assert "rlscale.runtime.checkpoint" in GRAPH["rlscale.rlvr.loop"]
-    assert "rlscale.zero.mcts" in GRAPH["rlscale.zero.selfplay"]
+    assert "rlscale.zero.search" in GRAPH["rlscale.zero.selfplay"]
 
 
 def test_no_import_circle():
@@ -79,19 +81,52 @@ def test_no_import_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
 
 
-def test_the_loops_and_the_runtime_keep_their_layers():
-    def under(module: str, package: str) -> bool:
-        return module == package or module.startswith(package + ".")
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
+
+def layer_breaks(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of `graph` that points upwards, named with the rule it breaks."""
     broken = []
-    for module, targets in GRAPH.items():
+    for module, targets in graph.items():
         for target in targets:
             if under(module, "rlscale.rlvr") and under(target, "rlscale.zero") \
                     or under(module, "rlscale.zero") and under(target, "rlscale.rlvr"):
                 broken.append(f"{module} -> {target} (the loops never import each other)")
-            if under(module, "rlscale.runtime") and any(under(target, f"rlscale.{upper}") for upper
-                                                        in ("rlvr", "zero", "experiments", "cli")):
+            if under(module, "rlscale.runtime") and any(
+                    under(target, f"rlscale.{upper}")
+                    for upper in ("rlvr", "zero", "simulator", "experiments", "cli")):
                 broken.append(f"{module} -> {target} (runtime is below both loops)")
-            if target == "rlscale.cli":
+            if under(module, "rlscale.simulator") and any(
+                    under(target, f"rlscale.{upper}")
+                    for upper in ("rlvr", "zero", "experiments", "cli")):
+                broken.append(f"{module} -> {target} (the simulator models fleets, not loops)")
+            if under(target, "rlscale.cli") and not under(module, "rlscale.cli"):
                 broken.append(f"{module} -> {target} (nothing imports the command line)")
-    assert broken == []
+    return broken
+
+
+def test_the_loops_and_the_runtime_keep_their_layers():
+    assert layer_breaks(GRAPH) == []
+
+
+def test_the_layer_check_catches_an_upward_import():
+    graph = {"rlscale.rlvr.loop": {"rlscale.zero.mcts"}, "rlscale.zero.mcts": {"rlscale.rlvr.x"},
+             "rlscale.runtime.fleet": {"rlscale.simulator"},
+             "rlscale.experiments.runner": {"rlscale.cli.rlvr"},
+             "rlscale.cli.rlvr": {"rlscale.cli.common", "rlscale.rlvr.loop"}}
+    assert [line.split(" (")[0] for line in layer_breaks(graph)] == [
+        "rlscale.rlvr.loop -> rlscale.zero.mcts", "rlscale.zero.mcts -> rlscale.rlvr.x",
+        "rlscale.runtime.fleet -> rlscale.simulator",
+        "rlscale.experiments.runner -> rlscale.cli.rlvr"]
+
+
+def test_every_command_lives_in_the_cli_package():
+    """The command line is one package: no command module is left elsewhere, and nothing
+    outside the package builds a typer app."""
+    gone = {"rlscale.zero.commands", "rlscale.zero.arena_cli", "rlscale.experiments.commands",
+            "rlscale.runtime.simulate_cli", "rlscale.runtime.simulator", "rlscale.command_setup"}
+    assert gone & set(MODULES) == set()
+    outside = [name for name, path in MODULES.items()
+               if not under(name, "rlscale.cli") and "typer.Typer(" in path.read_text()]
+    assert outside == []

@@ -36,7 +36,7 @@ def one_line_error(result) -> str:
 
 
 def test_gtp_takes_the_board_size_and_komi_from_the_model():
-    from rlscale.zero.arena_cli import gtp_engine
+    from rlscale.cli.play import gtp_engine
 
     engine = gtp_engine(SHIPPED_GO7, 1, None, None, seed=0)
     assert (engine.game.size, engine.game.komi) == (7, 9.0)  # the model's game kwargs

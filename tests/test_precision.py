@@ -110,13 +110,13 @@ def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch)
     keys = stub_workload_rates(monkeypatch, 10.0, 40.0)
     run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
     assert run.precision.name == "bfloat16"
-    assert run.actor.net.compute_dtype == "bfloat16"
+    assert run.source.actor.net.compute_dtype == "bfloat16"
     assert next(run.learner.net.parameters()).dtype == torch.float32  # fp32 master weights
     planes = run.game.planes(run.game.initial_state())[None]
-    priors, values = run.actor.net.evaluate(planes)
+    priors, values = run.source.actor.net.evaluate(planes)
     assert priors.dtype.name == "float32" and abs(float(priors.sum()) - 1) < 1e-3
-    run.actor.net.compute_dtype = "float32"
-    fp32_priors, _ = run.actor.net.evaluate(planes)
+    run.source.actor.net.compute_dtype = "float32"
+    fp32_priors, _ = run.source.actor.net.evaluate(planes)
     assert abs(priors - fp32_priors).max() < 0.05  # the same function, rounded
 
     assert matmul == [] and len(keys) == 1 and keys[0].startswith("zero PolicyValueNet")
@@ -125,7 +125,7 @@ def test_zero_selfplay_evaluates_in_the_resolved_dtype(probe_cache, monkeypatch)
     stub_workload_rates(monkeypatch, 20.0, 8.1)
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(probe_cache.parent.parent / "other"))
     run = ZeroRun(ZeroConfig.model_validate({"name": "t", "out": "unused", "device": "cpu"}))
-    assert run.actor.net.compute_dtype == "float32"
+    assert run.source.actor.net.compute_dtype == "float32"
 
 
 def test_the_probe_leaves_the_global_rng_alone():

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlscale.cli import app
-from rlscale.runtime.simulator import (
+from rlscale.simulator import (
     FleetConfig,
     InferenceFleet,
     Mode,

@@ -38,9 +38,9 @@ import yaml
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from . import simulator as fleet
 from .config import LoggingConfig, StrictModel
 from .rlvr import config as rlvr
-from .runtime import simulator as fleet
 from .zero import config as zero
 
 DEFAULT_OUT = Path("docs/config.md")
@@ -63,6 +63,9 @@ COMMANDS = (
             "Supervised fine-tuning on a task's demonstrations (the completion tokens are the "
             "targets, the prompt is context), or on a teacher's samples. Example: "
             "[`configs/rlvr/quickstart_sft.yaml`](../configs/rlvr/quickstart_sft.yaml)."),
+    Command("rlscale rlvr eval", rlvr.EvalConfig,
+            "Unbiased pass@k of one model on held-out prompts. Each option sets a key "
+            "(`--prompts` is `eval.prompts`, `--k` is `ks`, `--json` is `output=json`)."),
     Command("rlscale zero train", zero.ZeroConfig,
             "AlphaZero-style self-play. The defaults suit tic-tac-toe on a laptop; "
             "[`configs/zero/`](../configs/zero/) overrides them per game and explains its "
@@ -131,12 +134,6 @@ NOTES: dict[type, dict[str, str]] = {
         "weight_decay": "AdamW weight decay",
         "grad_clip": "gradient-norm clip",
         "seed": "prompts, samples and shuffles are derived from (seed, step)",
-    },
-    rlvr.EvalConfig: {
-        "prompts": "held-out prompts per evaluation",
-        "samples": "samples per prompt (pass@1 is their mean)",
-        "temperature": "sampling temperature of the evaluation",
-        "seed": "the evaluation's prompt and sampling seed",
     },
     rlvr.CheckpointConfig: {
         "keep": "checkpoints kept (the newest)",

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 def cli():
     """The arena commands (`rlscale zero arena`, `move`, `elo-curve`, ...) on a fresh app:
     call it with the argument list (and optional stdin) to get typer's result."""
-    from rlscale.zero.arena_cli import register
+    from rlscale.cli.zero import ARENA_COMMANDS
 
     app = typer.Typer()
 
@@ -15,6 +15,7 @@ def cli():
     def _zero() -> None:
         """Zero."""
 
-    register(app)
+    for name, command in ARENA_COMMANDS.items():
+        app.command(name)(command)
     runner = CliRunner()
     return lambda args, input=None: runner.invoke(app, args, input=input)

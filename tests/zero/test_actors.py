@@ -51,7 +51,7 @@ def ray_cluster():
 def test_a_killed_actor_is_restarted_and_every_game_is_counted_once(ray_cluster, tmp_path):
     run = ZeroRun(_config(tmp_path / "run", "runtime.actors=2"))
     run.start_actors()
-    fleet = run.fleet
+    fleet = run.source
     acc = fleet.accounting
     try:
         run.iterate()

@@ -6,19 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlscale.zero.arena import (
-    FirstLegalAgent,
-    GameRecord,
-    PureMCTSAgent,
-    RandomAgent,
-    SolverAgent,
-    connect4_data_dir,
-    curve_simulations,
-    elo_difference,
-    play_match,
-    score_to_elo,
-)
+from rlscale.zero.agents import FirstLegalAgent, PureMCTSAgent, RandomAgent, SolverAgent
+from rlscale.zero.compute_curve import curve_simulations
 from rlscale.zero.games import make_game
+from rlscale.zero.matches import GameRecord, play_match
 from rlscale.zero.network import PolicyValueNet, save_network
 from rlscale.zero.perfect_play import (
     GameAudit,
@@ -26,8 +17,10 @@ from rlscale.zero.perfect_play import (
     audit_match,
     audit_summary,
     audit_table,
+    connect4_data_dir,
     solver_agreement,
 )
+from rlscale.zero.ratings import elo_difference, score_to_elo
 
 HAVE_DATA = (connect4_data_dir() / "Test_L3_R1").is_file()
 
@@ -147,8 +140,8 @@ def test_move_cli_contract(cli, c4_model):
 def test_move_uses_the_play_settings(cli, tmp_path, monkeypatch):
     """`move` searches with the model's saved play settings (play_mcts over its self-play
     search), not the self-play ones; `--search` still forces one."""
-    from rlscale.zero.agent import Agent
     from rlscale.zero.config import MCTSConfig
+    from rlscale.zero.model import Model
 
     selfplay = MCTSConfig(simulations=16, gumbel=True).model_dump()
     play = {"gumbel": False, "c_puct": 3.0}
@@ -157,13 +150,13 @@ def test_move_uses_the_play_settings(cli, tmp_path, monkeypatch):
                          value_hidden=8)
     save_network(net, tmp_path / "m", "connect4", {}, {"mcts": selfplay, "play_mcts": play})
     searched = []
-    original = Agent.search
+    original = Model.search
 
     def recording(self, states, simulations=None, game=None):
         searched.append((self.mcts, simulations))
         return original(self, states, simulations, game)
 
-    monkeypatch.setattr(Agent, "search", recording)
+    monkeypatch.setattr(Model, "search", recording)
     result = cli(["move", "--model", str(tmp_path / "m"), "--moves", "44", "--simulations", "5"])
     assert result.exit_code == 0 and re.fullmatch(r"[1-7]\n", result.stdout)
     assert searched == [(MCTSConfig(**{**selfplay, **play}), 5)]
@@ -173,7 +166,7 @@ def test_move_uses_the_play_settings(cli, tmp_path, monkeypatch):
 
 
 def test_commands_are_one_function_each():
-    from rlscale.zero.arena_cli import COMMANDS
+    from rlscale.cli.zero import ARENA_COMMANDS as COMMANDS
 
     assert set(COMMANDS) == {"arena", "compute-curve", "solver-agreement", "play", "move",
                              "gtp", "elo-curve"}
@@ -251,7 +244,7 @@ def test_gtp_cli_refuses_wrong_checkpoint(cli, tmp_path, c4_model):
 
 
 def test_network_agent_batched_matches_one_by_one(c4_model):
-    from rlscale.zero.arena import load_network_agent
+    from rlscale.zero.agents import load_network_agent
 
     agent = load_network_agent(c4_model, 0, game="connect4")
     game = make_game("connect4")
@@ -267,7 +260,8 @@ def test_network_agent_batched_matches_one_by_one(c4_model):
 
 
 def test_compute_curve_plot_with_perfect_and_zero_scores(tmp_path):
-    from rlscale.zero.arena import CurvePoint, MatchResult, plot_compute_curve
+    from rlscale.zero.compute_curve import CurvePoint, plot_compute_curve
+    from rlscale.zero.matches import MatchResult
 
     points = [CurvePoint(0, MatchResult("a", "b", wins=16, draws=8, losses=16)),
               CurvePoint(400, MatchResult("a", "b", wins=40)),  # 100%: no finite Elo

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from rlscale.config import load_config
-from rlscale.zero.arena import MatchResult
 from rlscale.zero.config import ZeroConfig
-from rlscale.zero.elo_curve import find_checkpoints, fit_ratings, schedule
+from rlscale.zero.elo_curve import find_checkpoints, schedule
+from rlscale.zero.matches import MatchResult
+from rlscale.zero.ratings import fit_ratings
 
 torch.set_num_threads(1)
 TRUE = {"random": 0.0, "a": -120.0, "b": 150.0, "c": 400.0, "d": 700.0}

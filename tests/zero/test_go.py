@@ -259,8 +259,8 @@ def test_a_position_and_its_transform_get_transformed_policies():
     import torch
 
     from rlscale.zero.config import MCTSConfig, NetworkConfig
-    from rlscale.zero.mcts import search_states
     from rlscale.zero.network import network_for
+    from rlscale.zero.search import search_states
 
     go = Go(7, komi=9, history=1)
     torch.manual_seed(0)

@@ -274,9 +274,9 @@ def _save_go_model(path, play_mcts):
 def test_gtp_uses_the_play_settings(tmp_path, monkeypatch):
     """The GTP engine searches with the model's saved play settings (play_mcts over its
     self-play search), not the self-play ones, for a model folder and a run directory."""
-    from rlscale.zero.agent import Agent
-    from rlscale.zero.arena_cli import gtp_engine
+    from rlscale.cli.play import gtp_engine
     from rlscale.zero.config import MCTSConfig
+    from rlscale.zero.model import Model
 
     play = {"gumbel": False, "c_puct": 3.0, "propagate_proofs": True}
     selfplay = _save_go_model(tmp_path / "run" / "final", play)
@@ -286,13 +286,13 @@ def test_gtp_uses_the_play_settings(tmp_path, monkeypatch):
         assert engine.choose_move.agents[7].mcts == expected
 
     searched = []
-    original = Agent.search
+    original = Model.search
 
     def recording(self, states, simulations=None, game=None):
         searched.append((self.mcts, simulations, game.komi))
         return original(self, states, simulations, game)
 
-    monkeypatch.setattr(Agent, "search", recording)
+    monkeypatch.setattr(Model, "search", recording)
     engine = gtp_engine(tmp_path / "run", 6, 7, 5.5, seed=0)
     assert ask(engine, "komi 6.5")[0]
     ok, text = ask(engine, "genmove b")

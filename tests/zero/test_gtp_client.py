@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlscale.zero.arena import _OneByOne, play_match
-from rlscale.zero.arena_cli import make_agent
+from rlscale.zero.agents import _OneByOne, make_agent
 from rlscale.zero.games.go import Go, random_move, result_string
 from rlscale.zero.gtp_client import GtpAgent, GtpEngineError, GtpProcess, opening_moves
+from rlscale.zero.matches import play_match
 from rlscale.zero.sgf import from_sgf, replay
 
 GNUGO = shutil.which("gnugo") or ("/usr/games/gnugo" if Path("/usr/games/gnugo").exists() else None)

@@ -8,16 +8,12 @@ import pytest
 import torch
 
 from rlscale.zero.config import MCTSConfig
+from rlscale.zero.forest import Forest
 from rlscale.zero.games import make_game
-from rlscale.zero.mcts import (
-    Forest,
-    UniformEvaluator,
-    considered_visit_sequence,
-    playout_function,
-    search,
-    search_states,
-    uct_search,
-)
+from rlscale.zero.gumbel import considered_visit_sequence
+from rlscale.zero.mcts import UniformEvaluator
+from rlscale.zero.search import search, search_states
+from rlscale.zero.uct import playout_function, uct_search
 
 torch.set_num_threads(1)
 TTT = make_game("tictactoe")

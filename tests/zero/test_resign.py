@@ -11,10 +11,10 @@ import torch
 
 from rlscale.config import ConfigError, load_config
 from rlscale.runtime.versions import WeightStore
-from rlscale.zero.agent import load_agent
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.loop import train
+from rlscale.zero.model import load_model
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.resign import (
     PlayedOut,
@@ -140,7 +140,7 @@ def test_the_loop_tunes_the_threshold_and_resumes_exactly(tmp_path):
     rows_b = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [r["selfplay/resign_threshold"] for r in rows_b] == thresholds
     assert straight.counters.games == resumed.counters.games
-    wa = load_agent(straight.final_dir).net.state_dict()
-    wb = load_agent(resumed.final_dir).net.state_dict()
+    wa = load_model(straight.final_dir).net.state_dict()
+    wb = load_model(resumed.final_dir).net.state_dict()
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)

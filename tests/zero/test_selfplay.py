@@ -11,18 +11,19 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from rlscale.cli.zero import app
 from rlscale.config import ConfigError, load_config
 from rlscale.runtime.rundir import RunDirError
 from rlscale.runtime.versions import WeightStore
-from rlscale.zero.agent import load_agent
-from rlscale.zero.commands import app
 from rlscale.zero.config import MCTSConfig, SelfPlayConfig, ZeroConfig
 from rlscale.zero.games import make_game
 from rlscale.zero.games.tictactoe import losses_to_minimax
-from rlscale.zero.loop import export_training_state, train
+from rlscale.zero.loop import train
+from rlscale.zero.model import load_model
 from rlscale.zero.network import PolicyValueNet
 from rlscale.zero.replay import ReplayWindow, Samples
 from rlscale.zero.selfplay import Actor, PlayStats
+from rlscale.zero.training_state import export_training_state
 
 torch.set_num_threads(1)
 TTT = make_game("tictactoe")
@@ -239,8 +240,8 @@ def test_checkpoint_and_exact_resume(tmp_path):
     assert (a.iteration, a.games, a.samples, a.learner_steps, a.version) == (
         b.iteration, b.games, b.samples, b.learner_steps, b.version)
     assert a.iteration == 4 and a.learner_steps > 0
-    wa = load_agent(straight.final_dir).net.state_dict()
-    wb = load_agent(resumed.final_dir).net.state_dict()
+    wa = load_model(straight.final_dir).net.state_dict()
+    wb = load_model(resumed.final_dir).net.state_dict()
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
@@ -275,8 +276,8 @@ def test_stages_change_settings_mid_run_like_a_resume(tmp_path):
           progress=False)
     resumed = train(load_config(ZeroConfig, None, [*_tiny_args(tmp_path / "b", 5), *stages]),
                     resume=True, progress=False)
-    wa = load_agent(straight.final_dir).net.state_dict()
-    wb = load_agent(resumed.final_dir).net.state_dict()
+    wa = load_model(straight.final_dir).net.state_dict()
+    wb = load_model(resumed.final_dir).net.state_dict()
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
@@ -295,13 +296,13 @@ def test_stages_change_settings_mid_run_like_a_resume(tmp_path):
 def test_a_stage_grows_the_network(tmp_path):
     args = [*_tiny_args(tmp_path / "g", 4), "stages={3: {network.blocks: 2, network.value_channels: 2}}"]
     result = train(load_config(ZeroConfig, None, args), progress=False)
-    agent = load_agent(result.final_dir)
+    agent = load_model(result.final_dir)
     assert agent.net.arch["blocks"] == 2 and agent.net.arch["value_channels"] == 2
     rows = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["counters/learner_steps"] > rows[1]["counters/learner_steps"]
     # the checkpoint before the switch keeps the small net; resuming the grown run works
-    small = load_agent(tmp_path / "g" / "checkpoints" / "step_000002")
+    small = load_model(tmp_path / "g" / "checkpoints" / "step_000002")
     assert small.net.arch["blocks"] == 1
     more = train(load_config(ZeroConfig, None, [*args[:1], "train.iterations=5", *args[2:]]),
                  resume=True, progress=False)
@@ -315,7 +316,7 @@ def test_a_run_starts_from_a_saved_model(tmp_path):
     warm = [*_tiny_args(tmp_path / "warm", 1), f"network.init_from={tmp_path / 'first'}",
             "network.blocks=2", "train.min_replay=100000"]
     result = train(load_config(ZeroConfig, None, warm), progress=False)
-    before, after = load_agent(first.final_dir), load_agent(result.final_dir)
+    before, after = load_model(first.final_dir), load_model(result.final_dir)
     assert after.net.arch["blocks"] == 2 and result.counters.learner_steps == 0
     planes = np.stack([TTT.planes(s) for s in _states_after(TTT, [[], [4], [4, 0]])])
     for got, want in zip(after.net.evaluate(planes), before.net.evaluate(planes), strict=True):
@@ -468,9 +469,9 @@ def test_cli_train_and_config_errors(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "run" / "final" / "model.json").is_file()
-    agent = load_agent(tmp_path / "run")  # the play settings are saved with the model
+    agent = load_model(tmp_path / "run")  # the play settings are saved with the model
     assert agent.mcts.c_puct == 3.0 and agent.mcts.simulations == 4
-    assert load_agent(tmp_path / "run", c_puct=1.0).mcts.c_puct == 1.0  # overrides win
+    assert load_model(tmp_path / "run", c_puct=1.0).mcts.c_puct == 1.0  # overrides win
     bad = runner.invoke(app, ["train", str(CONFIGS / "tictactoe.yaml"), "mcts.simulationz=4"])
     assert bad.exit_code == 2 and "mcts.simulationz" in bad.output
     bad = runner.invoke(app, ["train", str(CONFIGS / "tictactoe.yaml"), "play_mcts.cpuct=4"])
@@ -486,7 +487,7 @@ def test_tictactoe_training_reaches_perfect_play(tmp_path):
         "train", str(CONFIGS / "tictactoe.yaml"), "--out", str(tmp_path / "ttt"), "--no-progress",
     ])
     assert result.exit_code == 0, result.output
-    agent = load_agent(tmp_path / "ttt")
+    agent = load_model(tmp_path / "ttt")
     assert agent.mcts.simulations == 32 and agent.mcts.dirichlet_fraction == 0.25  # defaults
     for simulations in (32, 64):
         cache: dict = {}
@@ -507,7 +508,7 @@ def test_shipped_connect4_model_loads_and_plays():
     shipped = Path(__file__).resolve().parents[2] / "src/rlscale/zero/models/connect4"
     if not (shipped / "model.json").is_file():
         pytest.skip("no shipped Connect Four model")
-    agent = load_agent(shipped)
+    agent = load_model(shipped)
     assert agent.game.name == "connect4" and agent.mcts.simulations >= 1
     c4 = agent.game
     state = c4.initial_state()

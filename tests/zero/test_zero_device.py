@@ -11,12 +11,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from rlscale.cli.zero import app
 from rlscale.config import ConfigError, load_config
 from rlscale.runtime.device import DeviceError
 from rlscale.runtime.versions import WeightStore
 from rlscale.zero.actors import SelfPlayWorker, WorkerSpec
-from rlscale.zero.agent import load_agent
-from rlscale.zero.commands import app
 from rlscale.zero.config import (
     RESUME_FREE_FIELDS,
     MCTSConfig,
@@ -28,6 +27,7 @@ from rlscale.zero.config import (
 from rlscale.zero.games import make_game
 from rlscale.zero.learner import Learner
 from rlscale.zero.loop import train
+from rlscale.zero.model import load_model
 from rlscale.zero.network import PolicyValueNet, load_network, save_network
 from rlscale.zero.replay import Samples
 
@@ -136,8 +136,8 @@ def test_cpu_and_auto_train_and_device_may_change_on_resume(tmp_path):
     train(_tiny(tmp_path / "cpu", 1, "cpu"), progress=False)
     resumed = train(_tiny(tmp_path / "cpu", 2, "auto"), resume=True, progress=False)
     assert resumed.counters.iteration == 2
-    a = load_agent(straight.final_dir).net.state_dict()
-    b = load_agent(resumed.final_dir).net.state_dict()
+    a = load_model(straight.final_dir).net.state_dict()
+    b = load_model(resumed.final_dir).net.state_dict()
     if not CUDA:  # auto is the CPU here: the same math, so exactly the same weights
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
@@ -165,8 +165,8 @@ def test_evaluate_and_learner_on_cuda_match_the_cpu():
 @needs_cuda
 def test_a_cuda_run_loads_and_resumes_on_the_cpu(tmp_path):
     result = train(_tiny(tmp_path / "run", 1, "cuda"), progress=False)
-    on_cpu = load_agent(result.final_dir)  # default: the CPU
-    on_gpu = load_agent(result.final_dir, device="cuda")
+    on_cpu = load_model(result.final_dir)  # default: the CPU
+    on_gpu = load_model(result.final_dir, device="cuda")
     assert on_cpu.net.device.type == "cpu" and on_gpu.net.device.type == "cuda"
     planes = _planes()
     for got, want in zip(on_cpu.net.evaluate(planes), on_gpu.net.evaluate(planes), strict=True):

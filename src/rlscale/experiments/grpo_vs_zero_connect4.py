@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..zero.agent import Agent
-from ..zero.arena import NetworkAgent, load_network_agent, make_agent
-from ..zero.elo_curve import fit_ratings, play_pairings, schedule
+from ..zero.agents import NetworkAgent, load_network_agent, make_agent
+from ..zero.elo_curve import play_pairings, schedule
 from ..zero.games.connect4 import Connect4
+from ..zero.model import Model
 from ..zero.network import PolicyValueNet
 from ..zero.perfect_play import AGREEMENT_FILES
+from ..zero.ratings import fit_ratings
 from .grpo_vs_zero import SCORE_POINTS, grpo_at_budget, zero_costs
 from .grpo_vs_zero import Settings as GRPOvsZeroBudget
 from .plots import band, plt, save_figure, tidy
@@ -80,7 +81,7 @@ def arms(scale: str) -> list[ZeroArm]:
 
 
 def raw_policy(net: PolicyValueNet) -> NetworkAgent:
-    return NetworkAgent(Agent(Connect4(), net), 0)
+    return NetworkAgent(Model(Connect4(), net), 0)
 
 
 def judge_run(run: TrainedZeroArm, s: Settings) -> dict:
@@ -93,7 +94,7 @@ def judge_run(run: TrainedZeroArm, s: Settings) -> dict:
                                    lambda n: agreement_share(raw_policy(n), s.judged))
     # GRPO's network searches with the settings AlphaZero's plays with (its value head is
     # the fresh network's: GRPO never trains it).
-    grpo = NetworkAgent(Agent(game, net, alphazero.agent.mcts, seed=run.seed), 0, "grpo")
+    grpo = NetworkAgent(Model(game, net, alphazero.model.mcts, seed=run.seed), 0, "grpo")
     players = {"alphazero": alphazero, "grpo": grpo}
     anchors = {spec: make_agent(spec, "connect4", None, 0, "trained", run.seed + 1000 + i)
                for i, spec in enumerate(s.anchors)}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime.simulator import (
+from ..simulator import (
     FleetConfig,
     InferenceFleet,
     Mode,

@@ -8,7 +8,7 @@ values (shared/data/connect4): AlphaZero trains configs/zero/connect4.yaml for a
 iterations; its final network then plays every benchmark position at each budget, and each
 move is judged by the solver (zero.perfect_play.solver_agreement: the move keeps the
 position's win/draw/loss value). The same network also plays matches against its own raw
-policy at each budget (zero.arena.compute_curve).
+policy at each budget (zero.compute_curve).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..zero.arena import Agent, compute_curve, load_network_agent
+from ..zero.agents import Agent, load_network_agent
+from ..zero.compute_curve import compute_curve
 from ..zero.games.connect4 import Connect4
 from ..zero.perfect_play import AGREEMENT_FILES, solver_agreement
 from .plots import band, plt, save_figure, tidy

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..zero.arena import load_network_agent, make_agent
+from ..zero.agents import load_network_agent, make_agent
 from ..zero.elo_curve import elo_curve, find_checkpoints
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table

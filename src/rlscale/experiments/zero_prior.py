@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..zero.agent import load_agent
 from ..zero.games.tictactoe import TicTacToe
-from ..zero.mcts import Evaluator, search_states
+from ..zero.mcts import Evaluator
+from ..zero.model import load_model
+from ..zero.search import search_states
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
@@ -72,16 +73,16 @@ def optimal_shares(final: Path, simulations: tuple[int, ...]) -> dict[str, list[
     """For each prior and budget, the share of all positions whose searched move is
     optimal (one batched search over every position); `raw`: the policy without search."""
     table, game = exact_table(), TicTacToe()
-    agent = load_agent(final)
+    model = load_model(final)
     out: dict[str, list[float]] = {}
     with torch.inference_mode():
-        out["raw"] = [optimal_share(table, raw_policy_moves(table, agent.net.evaluate(
+        out["raw"] = [optimal_share(table, raw_policy_moves(table, model.net.evaluate(
             table.planes)[0]))]
         for prior in PRIORS:
-            evaluate = agent.net.evaluate if prior == "network" else uniform_prior(
-                agent.net.evaluate)
+            evaluate = model.net.evaluate if prior == "network" else uniform_prior(
+                model.net.evaluate)
             out[prior] = [optimal_share(table, search_states(
-                game, table.positions, evaluate, agent.mcts, np.random.default_rng(0),
+                game, table.positions, evaluate, model.mcts, np.random.default_rng(0),
                 simulations=n).chosen) for n in simulations]
     return out
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..zero.agent import load_agent
 from ..zero.games.tictactoe import losses_to_minimax
+from ..zero.model import load_model
 from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm, series
@@ -65,13 +65,13 @@ def judge_network(final: Path, simulations: int) -> dict[str, float]:
     every position with a move to play, the share whose raw-policy move is optimal, and the
     share of games lost to a perfect player by the raw policy and by the search."""
     table = exact_table()
-    agent = load_agent(final, simulations)
-    raw = judge_raw_policy(agent.net)
+    model = load_model(final, simulations)
+    raw = judge_raw_policy(model.net)
     searched: dict = {}
 
     def search(state) -> int:
         if state not in searched:
-            searched[state] = int(agent.choose(state, simulations))
+            searched[state] = int(model.choose(state, simulations))
         return searched[state]
 
     lost = [losses_to_minimax(search, player) for player in (0, 1)]

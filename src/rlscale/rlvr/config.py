@@ -1,4 +1,5 @@
-"""The typed config of `rlscale rlvr train` and `rlscale sft`, read top to bottom.
+"""The typed configs of `rlscale rlvr train`, `rlscale sft` and `rlscale rlvr eval`, read top
+to bottom.
 
 Every field is documented here; docs/config.md is generated from these configs
 (`make docs-config`, rlscale/config_docs.py). Unknown or ill-typed fields are errors (see
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..config import (
     COMPUTE_DTYPE_HELP,
@@ -197,12 +199,26 @@ class TrainConfig(StrictModel):
         "a frozen copy of the starting model (with LoRA: the adapters off, no copy)")
 
 
-class EvalConfig(StrictModel):
+class HeldOutEvalConfig(StrictModel):
+    """What a held-out pass@k evaluation samples: the keys of `rlscale rlvr eval`'s `eval`
+    section, and of a training run's `eval:` section (TrainEvalConfig) with its own defaults."""
+
+    prompts: int = Field(500, ge=1, description="held-out prompts to evaluate")
+    samples: int = Field(0, ge=0, description="samples per prompt (n); 0: the largest k")
+    temperature: float = Field(
+        1.0, ge=0, description="sampling temperature; 0: greedy (argmax) decoding, one sample "
+        "per prompt")
+    seed: int = Field(0, description="the evaluation's prompt and sampling seed")
+
+
+class TrainEvalConfig(HeldOutEvalConfig):
+    """`eval`: a training run's held-out pass@1 on the test split, sampled (at least one sample
+    per prompt, a temperature above 0) at the run's own rollout.max_new_tokens."""
+
+    prompts: int = Field(200, ge=1, description="held-out prompts per evaluation")
+    samples: int = Field(1, ge=1, description="samples per prompt (pass@1 is their mean)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     every: int = Field(0, ge=0, description="held-out eval every N steps; 0 = never during training")
-    prompts: int = Field(200, ge=1)
-    samples: int = Field(1, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    seed: int = 0
 
 
 class CheckpointConfig(StrictModel):
@@ -287,7 +303,7 @@ class RLVRConfig(StrictModel):
         None, description="the teacher of objective opd (or any objective with loss.teacher_weight > 0)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
+    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
@@ -419,6 +435,58 @@ class SFTConfig(StrictModel):
 # Fields an `sft --resume` may change without --allow-config-change (speed, logging, length).
 SFT_RESUME_FREE_FIELDS = ("run_dir", "device", "steps", "threads", "compute_dtype", "save_every",
                           "checkpoint.*", "tensorboard", "logging.*", "progress")
+
+
+class EvalConfig(StrictModel):
+    """The config of `rlscale rlvr eval`, built from its options; a `key=value` argument
+    overrides an option's key (`eval.prompts=50 ks=1,8`)."""
+
+    model: str = Field(
+        description="a local HF model folder, or a `rlvr train` run directory: its final/ model, "
+        "else its newest checkpoint (and its config.yaml when neither task nor config)")
+    task: str | None = Field(None, description="task name, e.g. arithmetic")
+    config: str | None = Field(
+        None, description="a train config: its task (name, options), prompt format, "
+        "max_new_tokens and rollout.tools")
+    split: Literal["test", "train", "ood"] = Field(
+        "test", description="test (held out by hash), train, or ood (arithmetic: one digit more "
+        "than training; countdown: one number more; long_arithmetic: a term with the digit 7, "
+        "which no training prompt has)")
+    ks: list[int] = Field(
+        [1], min_length=1, description="k of pass@k: positive, each at most the samples per "
+        "prompt (`ks=1,8` on the command line)")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="None: the config's rollout.max_new_tokens, else the task's own "
+        "budget (arithmetic 8, countdown 16, long_arithmetic 256; other tasks 8)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling's probability mass")
+    chat_template: bool = Field(
+        False, description="wrap prompts in the tokenizer's chat template (also when the train "
+        "config says so)")
+    output: Literal["text", "json"] = Field(
+        "text", description="text: a line per k and a summary; json: one JSON object")
+    plot: str | None = Field(None, description="also write a pass@k plot here (PNG)")
+    eval: HeldOutEvalConfig = Field(default_factory=HeldOutEvalConfig)
+
+    @field_validator("ks", mode="before")
+    @classmethod
+    def _ks_from_text(cls, value: Any) -> Any:
+        # `ks=1,8` on the command line reads as the text "1,8", `ks=8` as one number
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return [value] if isinstance(value, int) else value
+
+    @field_validator("ks")
+    @classmethod
+    def _distinct_positive_ks(cls, ks: list[int]) -> list[int]:
+        if min(ks) < 1:  # a custom error: its message reads without pydantic's "Value error, "
+            raise PydanticCustomError("positive_k", "k of pass@k must be positive, got {k}",
+                                      {"k": min(ks)})
+        return sorted(set(ks))
+
+    @property
+    def samples(self) -> int:
+        """Samples per prompt: eval.samples, else (0) the largest k."""
+        return self.eval.samples or max(self.ks)
 
 
 # The command that runs each kind of config: a file given to the other command is named as

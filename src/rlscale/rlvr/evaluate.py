@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from random import Random
 
 import torch
 
 from ..config import read_yaml
 from ..runtime.checkpoint import list_checkpoints
 from ..runtime.metrics import Heartbeat
-from .model import ModelLoadError, PromptFormatter
+from .config import EvalConfig, RLVRConfig, load_command_config
+from .model import ModelLoadError, PromptFormatter, load_model
 from .rewards import VerifierPool, score_completions
 from .rollout.engine import generate_with_tools
 from .rollout.groups import rollout_from_completions
 from .rollout.sampler import SamplingParams, decode_completions, generate
 from .rollout.types import EngineSampling, ToolTurns
-from .tasks import Example, Task, examples
+from .tasks import Example, Task, examples, make_task
+from .tools import ToolsConfig
 from .trace_stats import behaviour_means, by_difficulty, length_by_outcome, mean_by_difficulty
 
 
@@ -177,3 +181,58 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
                       mean_length=sum(lengths) / max(len(expanded), 1),
                       seconds=time.perf_counter() - start, per_prompt_correct=correct,
                       details=details, texts=texts, examples=items)
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What an EvalConfig resolves to before the model loads: the model folder, the task, the
+    prompt format, the completion budget and the tools the model may call."""
+
+    folder: Path
+    task: Task
+    max_new_tokens: int
+    chat_template: bool = False
+    system_prompt: str | None = None
+    tools: ToolsConfig | None = None
+
+
+def plan_eval(cfg: EvalConfig) -> EvalPlan:
+    """Find the model and build the task (by name, or from a train config: the given one, else
+    the run directory's own); every user error is raised here, before the model loads."""
+    found = find_eval_model(cfg.model)
+    # a run directory alone is evaluated as it trained: its recorded config
+    train_config = cfg.config if cfg.task is not None or cfg.config is not None else found.run_config
+    if (cfg.task is None) == (train_config is None):
+        raise ValueError("give --task NAME or --config CONFIG (a train config), not both")
+    if train_config is not None:
+        run = load_command_config(RLVRConfig, train_config, [f"model.path={found.folder}"])
+        task = make_task(run.task.name, **run.task.options)
+        plan = EvalPlan(found.folder, task, cfg.max_new_tokens or run.rollout.max_new_tokens,
+                        cfg.chat_template or run.model.chat_template, run.model.system_prompt,
+                        run.rollout.tools if run.rollout.tools.tools else None)
+    else:
+        task = make_task(cfg.task)
+        plan = EvalPlan(found.folder, task, cfg.max_new_tokens or task_max_new_tokens(task),
+                        cfg.chat_template)
+    check_eval_arguments(prompts=cfg.eval.prompts, samples=cfg.samples, ks=tuple(cfg.ks),
+                         max_new_tokens=plan.max_new_tokens, temperature=cfg.eval.temperature,
+                         top_p=cfg.top_p)
+    task.sample(cfg.split, Random(cfg.eval.seed))  # a split the task lacks fails here
+    return plan
+
+
+def run_eval(cfg: EvalConfig, plan: EvalPlan, progress: bool = True) -> EvalResult:
+    """Load the planned model (and start its tools) and evaluate it as `cfg` says."""
+    model, tokenizer = load_model(plan.folder)
+    with contextlib.ExitStack() as stack:
+        tools = None
+        if plan.tools is not None:
+            from .tool_turns import RunnerToolTurns
+
+            tools = RunnerToolTurns.from_config(plan.tools, tokenizer)
+            stack.callback(tools.close)
+        return evaluate(model, tokenizer, plan.task, split=cfg.split, seed=cfg.eval.seed,
+                        prompts=cfg.eval.prompts, samples=cfg.samples, ks=tuple(cfg.ks),
+                        max_new_tokens=plan.max_new_tokens, temperature=cfg.eval.temperature,
+                        top_p=cfg.top_p, chat_template=plan.chat_template,
+                        system_prompt=plan.system_prompt, tools=tools, progress=progress)

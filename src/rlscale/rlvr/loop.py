@@ -30,16 +30,14 @@ from ..runtime.device import (
 )
 from ..runtime.fleet import check_reachable, import_ray, ray_session
 from ..runtime.health import (
-    NonFiniteError,
-    NonFiniteGuard,
     StepUndo,
     ZeroRewardWatch,
     all_zero_reward,
     non_finite_keys,
     parameters_finite,
-    unrecoverable_message,
 )
-from ..runtime.metrics import MetricsLogger, StepProgress, read_metrics
+from ..runtime.metrics import Heartbeat, MetricsLogger, StepProgress, read_metrics
+from ..runtime.run import Schedule, drive
 from ..runtime.trackers import open_trackers
 from ..runtime.versions import staleness
 from . import lora, objectives, shaping
@@ -191,6 +189,12 @@ class RLVRRun:
         self.saved_fleet: dict[str, Any] | None = None  # the fleet's, from a checkpoint
         self.fleet_resume: FleetResume | None = None
         self.start_step = 0
+        # What the run skeleton (runtime/run.py) drives: the guard's undo, and this session's
+        # reward per step, warnings and zero-reward run (for the summary).
+        self.undo = StepUndo(self.model, self.trainer.optimizer, self.trainer.scheduler)
+        self.rewards: list[float] = []
+        self.warned: set[str] = set()
+        self.zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
         # config.yaml shows the objective as it runs: the preset's values filled in.
         resolved = cfg.model_copy(update={
             "loss": LossConfig(**asdict(self.objective)),
@@ -379,14 +383,11 @@ class RLVRRun:
         if self.start_step >= cfg.train.steps and (final / "config.json").is_file():
             print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
             return final
-        guard = NonFiniteGuard(cfg.health.max_nonfinite_steps)
-        zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
+        self.zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
         if self.start_step:  # a run of zero-reward steps goes on across a resume
             for row in read_metrics(self.run_dir):
                 if row.get("step", 0) <= self.step:
-                    zero_reward.observe(row["step"], all_zero_reward(row))
-        rewards: list[float] = []  # this session's reward/mean per step, for the summary
-        undo = StepUndo(self.model, self.trainer.optimizer, self.trainer.scheduler)
+                    self.zero_reward.observe(row["step"], all_zero_reward(row))
         resume_step = self.step if self.start_step else None
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, resume_step=resume_step,
                                trackers=open_trackers(cfg.logging, self.run_dir,
@@ -394,64 +395,70 @@ class RLVRRun:
         progress = StepProgress(cfg.train.steps, f"{cfg.objective} {cfg.task.name}",
                                 enabled=cfg.progress, completed=self.step,
                                 fields=("reward", "pass@1", "entropy", "kl", "tok/s"))
-        warned: set[str] = set()
         try:
-            mode = cfg.health.nonfinite_guard
-            while self.step < cfg.train.steps:
-                if mode == "snapshot":
-                    undo.save()
-                record = self.train_step()
-                metrics = record.metrics
-                self.step += 1
-                bad = [] if mode == "off" else non_finite_keys(metrics, GUARDED_METRICS)
-                if mode != "off" and not parameters_finite(self.model.parameters()):
-                    bad = [*bad, "weights"]
-                if guard.observe(self.step, bad):
-                    if mode == "check" and "weights" in bad:
-                        logger.log(self.step, metrics)
-                        raise NonFiniteError(unrecoverable_message("step", self.step,
-                                                                   str(self.run_dir)))
-                    if mode == "snapshot":
-                        undo.restore()
-                metrics["health/skipped_steps"] = guard.skipped
-                # the weights as they stand after the guard (in-process: nothing to send)
-                self.rollouts.publish(self.model.state_dict(), self.trainer.version)
-                if guard.should_stop:
-                    logger.log(self.step, metrics)
-                    # The weights are the last good ones again: a checkpoint to resume from.
-                    path = self.save_checkpoint()
-                    raise NonFiniteError(guard.stop_message(self.step, bad, str(path)))
-                if cfg.eval.every and self.step % cfg.eval.every == 0:
-                    metrics.update(self.run_eval())
-                error = metrics.pop("reward/first_error", None)
-                if error and error not in warned:
-                    warned.add(error)
-                    print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
-                rewards.append(metrics["reward/mean"])
-                warning = zero_reward.observe(self.step, all_zero_reward(metrics))
-                if warning:
-                    print(f"warning: {warning}", file=sys.stderr, flush=True)
-                logger.log(self.step, metrics)
-                if len(record.token_lags):
-                    logger.log_histogram(self.step, "staleness/token_lag", record.token_lags)
-                progress.update(self.step, {
-                    "reward": metrics["reward/mean"],
-                    "pass@1": self.last_eval.get("eval/pass@1"),
-                    "entropy": metrics["policy/entropy"],
-                    "kl": metrics.get("policy/kl_new_old"),
-                    "tok/s": metrics["throughput/tokens_per_s"]})
-                if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
-                    self.save_checkpoint()
-            # A finished run stays resumable (e.g. with more train.steps) from its last step.
-            if cfg.checkpoint.every and self.step % cfg.checkpoint.every:
-                self.save_checkpoint()
+            outcome = drive(self, Schedule(cfg.train.steps, cfg.health, self.run_dir), logger,
+                            progress, Heartbeat("rlvr", enabled=False))
         finally:
             progress.close()
             logger.close()
         with ckpt.atomic_dir(final) as tmp:
             lora.save_trained(self.model, self.tokenizer, tmp, self.cfg.model.lora)
-        self._print_summary(rewards, guard.skipped, zero_reward)
+        self._print_summary(self.rewards, outcome.skipped, self.zero_reward)
         return final
+
+    # -- the run skeleton's hooks (runtime/run.py) ---------------------------------------
+    @property
+    def done(self) -> int:
+        return self.step
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.cfg.checkpoint.every
+
+    @property
+    def max_minutes(self) -> None:
+        return None
+
+    def begin_step(self) -> None:
+        return None
+
+    def learn(self, beat) -> StepRecord:
+        return self.train_step()
+
+    def nonfinite(self, record: StepRecord) -> list[str]:
+        bad = non_finite_keys(record.metrics, GUARDED_METRICS)
+        return bad if parameters_finite(self.model.parameters()) else [*bad, "weights"]
+
+    def finish(self, record: StepRecord, undone: bool, publish: bool = True) -> dict[str, Any]:
+        self.step += 1
+        if publish:  # the weights as they stand after the guard (in-process: nothing to send)
+            self.rollouts.publish(self.model.state_dict(), self.trainer.version)
+        return record.metrics
+
+    def after_step(self, metrics: dict[str, Any]) -> None:
+        """The held-out eval when due; a verifier's first error of each kind, and a run of
+        zero-reward steps, as warnings."""
+        if self.cfg.eval.every and self.step % self.cfg.eval.every == 0:
+            metrics.update(self.run_eval())
+        error = metrics.pop("reward/first_error", None)
+        if error and error not in self.warned:
+            self.warned.add(error)
+            print(f"warning: step {self.step}: {error} (scored 0, training goes on)")
+        self.rewards.append(metrics["reward/mean"])
+        warning = self.zero_reward.observe(self.step, all_zero_reward(metrics))
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+    def histograms(self, record: StepRecord) -> dict[str, torch.Tensor]:
+        return {"staleness/token_lag": record.token_lags} if len(record.token_lags) else {}
+
+    def progress_fields(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {"reward": metrics["reward/mean"], "pass@1": self.last_eval.get("eval/pass@1"),
+                "entropy": metrics["policy/entropy"], "kl": metrics.get("policy/kl_new_old"),
+                "tok/s": metrics["throughput/tokens_per_s"]}
+
+    def save_snapshot(self) -> None:
+        return None
 
     def _print_summary(self, rewards: list[float], skipped: int,
                        zero_reward: ZeroRewardWatch) -> None:

@@ -36,8 +36,8 @@ T = TypeVar("T")
 
 def _run_failures() -> tuple[type[BaseException], ...]:
     # imported only when something failed: health pulls in torch
-    from rlscale.runtime.fleet import FleetError
-    from rlscale.runtime.health import NonFiniteError
+    from .fleet import FleetError
+    from .health import NonFiniteError
 
     return (NonFiniteError, FleetError)
 
@@ -115,7 +115,7 @@ def interrupted(run_dir: str | Path | None, command: Sequence[str]) -> NoReturn:
     stopped and the command that continues it (nothing to say when the run had not started,
     `run_dir` None); exit status 130, or 143 for SIGTERM."""
     if run_dir is not None:
-        from rlscale.runtime.rundir import resume_hint
+        from .rundir import resume_hint
 
         typer.echo(resume_hint(run_dir, list(command)), err=True)
     status = TERMINATED_STATUS if isinstance(sys.exc_info()[1], Terminated) else INTERRUPTED_STATUS

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlscale.runtime.versions import cpu_snapshot
+from .versions import cpu_snapshot
 
 
 class FleetError(RuntimeError):

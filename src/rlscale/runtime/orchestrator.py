@@ -26,8 +26,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from rlscale.runtime.fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
-from rlscale.runtime.versions import QueueClosed, VersionedQueue
+from .fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
+from .versions import QueueClosed, VersionedQueue
 
 T = TypeVar("T")  # one unit of finished work, as the learner takes it
 

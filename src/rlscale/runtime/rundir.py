@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from rlscale.config import StrictModel, config_to_dict
+from ..config import StrictModel, config_to_dict
 
 LOCK_NAME = ".lock"
 CHANGES_NAME = "config_changes.jsonl"

@@ -32,21 +32,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlscale.runtime.device import resolve_compute_dtype, resolve_device
-from rlscale.runtime.fleet import ActorDied, import_ray
-from rlscale.runtime.orchestrator import Orchestrator
-from rlscale.runtime.versions import WeightStore
-from rlscale.zero.config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
-from rlscale.zero.games import make_game
-from rlscale.zero.network import network_for, precision_workload, selfplay_batch
-from rlscale.zero.replay import Samples
-from rlscale.zero.selfplay import Actor, FinishedGame, PlayStats, game_samples
+from ..runtime.device import resolve_compute_dtype, resolve_device
+from ..runtime.fleet import ActorDied, import_ray
+from ..runtime.orchestrator import Orchestrator
+from ..runtime.versions import WeightStore
+from .config import MCTSConfig, NetworkConfig, SelfPlayConfig, ZeroConfig
+from .games import make_game
+from .network import network_for, precision_workload, selfplay_batch
+from .replay import Samples
+from .selfplay import Actor, FinishedGame, PlayStats, game_samples
 
 GameId = tuple[int, int]  # (actor index, actor-local sequence number)
 
@@ -181,9 +183,17 @@ class FleetSelfPlay(Orchestrator[tuple[GameId, FinishedGame]]):
         with self._cv:
             self._resign_threshold = threshold
 
-    def take(self, n: int) -> tuple[Samples, PlayStats, dict[str, float]]:
+    def save_games(self, folder: Path) -> None:
+        """Nothing: a fleet's games in flight are not saved (a resume starts fresh ones)."""
+
+    def load_games(self, folder: Path, concurrent_games: int) -> None:
+        """Nothing: see save_games."""
+
+    def next_batch(self, n: int, on_step: Callable[[PlayStats], None] | None = None
+                   ) -> tuple[Samples, PlayStats, dict[str, float]]:
         """The n oldest finished games (blocks until they are there), their statistics, and
-        the work of every worker since the last take (moves, simulations, search KL)."""
+        the work of every worker since the last call (moves, simulations, search KL).
+        `on_step` is not called: the games were played elsewhere."""
         t0 = time.perf_counter()
         items = self._take(n)
         wait = time.perf_counter() - t0

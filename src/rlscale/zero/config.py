@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from rlscale.config import (
+from ..config import (
     COMPUTE_DTYPE_HELP,
     DEVICE_HELP,
     MAX_LR,
@@ -320,7 +320,7 @@ class ZeroConfig(StrictModel):
 
     @pydantic.model_validator(mode="after")
     def _check_network_options(self) -> ZeroConfig:
-        from rlscale.zero.games import defines_ownership  # the registry, loaded on demand
+        from .games import defines_ownership  # the registry, loaded on demand
 
         net = self.network
         if net.global_pooling and (net.blocks < 2 or net.channels < 4):

@@ -9,41 +9,23 @@ Schedule (`schedule`). Each checkpoint plays every anchor and its next `neighbou
 checkpoints; the anchors play each other. Every pairing is a `play_match` of `games` games
 (pairs of games sharing a random opening, colours swapped).
 
-Ratings (`fit_ratings`). Bradley-Terry by maximum likelihood over all the matches jointly:
-P(i beats j) = 1 / (1 + 10^((R_j - R_i) / 400)), a draw counted as half a win and half a
-loss, the first anchor (`random` by default) fixed at 0. A pairing one side won every game
-of has no finite maximum, so every pairing also counts `prior_draws` virtual draws (1 by
-default; the prior BayesElo uses): a 100% score gives a large but finite gap with a wide
-interval. Intervals: rating +- z * standard error, the standard errors from the inverse of
-the Fisher information (the Hessian of the log-likelihood at the fit) with the anchor fixed:
-each interval is relative to the anchor.
+Ratings: the joint Bradley-Terry fit of zero/ratings.py (`fit_ratings`), the first anchor
+(`random` by default) fixed at 0.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rlscale.zero.arena import Agent, MatchResult, normal_quantile, play_match
-from rlscale.zero.games.base import Game
-
-_ELO = 400.0 / math.log(10.0)  # Elo per natural-log unit of odds
-
-
-@dataclass(frozen=True)
-class Rating:
-    name: str
-    elo: float
-    low: float  # the interval at the fit's confidence (0.95 by default)
-    high: float
-    games: int  # real games played (virtual draws not counted)
+from .agents import Agent
+from .games.base import Game
+from .matches import MatchResult, play_match
+from .ratings import Rating, fit_ratings
 
 
 @dataclass(frozen=True)
@@ -54,68 +36,6 @@ class Checkpoint:
     path: Path
     iteration: int
     selfplay_games: int | None  # self-play games played before it was saved
-
-
-def fit_ratings(
-    results: Sequence[MatchResult],
-    anchor: str,
-    confidence: float = 0.95,
-    prior_draws: float = 1.0,
-) -> dict[str, Rating]:
-    """Bradley-Terry Elo of every player in `results` (by their agent names), `anchor` at 0,
-    by Newton's method on the log-likelihood (see the module docstring)."""
-    names = sorted({r.agent_a for r in results} | {r.agent_b for r in results})
-    if anchor not in names:
-        raise ValueError(f"the anchor {anchor!r} plays in none of the matches")
-    index = {name: i for i, name in enumerate(names)}
-    k = len(names)
-    n = np.zeros((k, k))  # games between i and j, virtual draws included
-    w = np.zeros((k, k))  # i's score against j (wins + draws / 2)
-    played = np.zeros(k, np.int64)
-    for r in results:
-        i, j = index[r.agent_a], index[r.agent_b]
-        if i == j:
-            raise ValueError(f"{r.agent_a!r} is paired with itself")
-        games = r.wins + r.draws + r.losses
-        score = r.wins + 0.5 * r.draws + 0.5 * prior_draws
-        n[i, j] += games + prior_draws
-        n[j, i] += games + prior_draws
-        w[i, j] += score
-        w[j, i] += games + prior_draws - score
-        played[[i, j]] += games
-    apart = sorted(set(names) - _connected(n > 0, index[anchor], names))
-    if apart:
-        raise ValueError(f"no chain of matches links {apart[0]!r} to the anchor {anchor!r}")
-    free = np.array([i for i in range(k) if names[i] != anchor], np.int64)
-    x = np.zeros(k)  # ratings in natural-log odds units
-    for _ in range(500):
-        p = 1.0 / (1.0 + np.exp(x[None, :] - x[:, None]))  # p[i, j] = P(i beats j)
-        grad = (w - n * p).sum(1)[free]
-        info = n * p * (1.0 - p)
-        hessian = (np.diag(info.sum(1)) - info)[np.ix_(free, free)]  # minus the Hessian
-        step = np.linalg.solve(hessian, grad)
-        x[free] += np.clip(step, -2.0, 2.0)  # damped: at most ~350 Elo a step
-        if np.abs(step).max() < 1e-9:
-            break
-    se = np.zeros(k)
-    se[free] = np.sqrt(np.diag(np.linalg.inv(hessian)))
-    z = normal_quantile(confidence)
-    return {
-        name: Rating(name, float(_ELO * x[i]), float(_ELO * (x[i] - z * se[i])),
-                     float(_ELO * (x[i] + z * se[i])), int(played[i]))
-        for name, i in index.items()
-    }
-
-
-def _connected(linked: np.ndarray, start: int, names: list[str]) -> set[str]:
-    seen, todo = {start}, [start]
-    while todo:
-        i = todo.pop()
-        for j in np.flatnonzero(linked[i]):
-            if int(j) not in seen:
-                seen.add(int(j))
-                todo.append(int(j))
-    return {names[i] for i in seen}
 
 
 def schedule(checkpoints: Sequence[str], anchors: Sequence[str],
@@ -133,8 +53,8 @@ def find_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     """The run's saved networks, oldest first, one per iteration: every `checkpoints/step_*`
     and `networks/step_*`, and `final/` when it is later than the last of them. Raises a
     one-line error when there are none."""
-    from rlscale.runtime.checkpoint import NETWORKS_DIR, checkpoint_step, list_checkpoints
-    from rlscale.zero.network import read_meta
+    from ..runtime.checkpoint import NETWORKS_DIR, checkpoint_step, list_checkpoints
+    from .network import read_meta
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -315,7 +235,7 @@ def plot_elo_curve(curve: EloCurve, out: str | Path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlscale.runtime.figures import save_figure
+    from ..runtime.figures import save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, key, label in ((axes[0], "iteration", "iteration"),

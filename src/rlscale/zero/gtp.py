@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO, TypeVar
 
-from rlscale import __version__
-from rlscale.zero.games.base import IllegalMove
-from rlscale.zero.games.go import Go, action_to_gtp, gtp_to_action, random_move, result_string
+from .. import __version__
+from .games.base import IllegalMove
+from .games.go import Go, action_to_gtp, gtp_to_action, random_move, result_string
 
 ChooseMove = Callable[[Go, Any], int]
 GameFactory = Callable[..., Go]  # (size=..., komi=...) -> Go

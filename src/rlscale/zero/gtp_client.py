@@ -6,7 +6,7 @@ one (no answer in time) are one-line `GtpEngineError`s naming the engine, the co
 the end of its stderr. `close()` sends `quit`, then terminates and at last kills it; a
 finalizer does the same if the object is dropped, so no engine outlives the Python process.
 
-`GtpAgent` implements the arena's agent protocol (`name`, `act`, `act_many`). The engine has
+`GtpAgent` is an `Agent` (zero/agents.py: `name`, `act`, `act_many`). The engine has
 one board and the arena plays many games at once, so before every `genmove` the agent puts
 the engine's board in the position it is asked about by replaying that game's moves
 (`boardsize`, `komi`, `clear_board`, `play` ...; only the missing moves when the engine's
@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from rlscale.zero.games.base import IllegalMove
-from rlscale.zero.games.go import Go, GoState, action_to_gtp, gtp_to_action, result_string
-from rlscale.zero.sgf import write_sgf
+from .games.base import IllegalMove
+from .games.go import Go, GoState, action_to_gtp, gtp_to_action, result_string
+from .sgf import write_sgf
 
 DEFAULT_TIMEOUT = 60.0  # seconds for one command (a genmove of a slow engine included)
 _COLOURS = "bw"

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlscale.runtime.optim import adamw
-from rlscale.zero.config import TrainConfig
-from rlscale.zero.network import NetOutput, PolicyValueNet
-from rlscale.zero.replay import Samples
+from ..runtime.optim import adamw
+from .config import TrainConfig
+from .network import NetOutput, PolicyValueNet
+from .replay import Samples
 
 
 def zero_losses(

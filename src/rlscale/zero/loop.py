@@ -1,19 +1,18 @@
 """The AlphaZero training loop: self-play -> replay window -> learner -> new weights.
 
-    for each iteration:
-        actor.sync()                      # newest weights from the publisher
-        samples = actor.play(G games)     # batched search, samples stamped with the version
+    for each iteration (runtime/run.py's skeleton drives it: guard, logging, checkpoints):
+        samples = source.next_batch(G games)   # in-process or a fleet (zero/experience.py)
         replay.add(samples)
-        learner trains on the window      # new_samples * sample_reuse / batch_size steps
-        weights.publish(net, version + 1) # the one publisher: in-process or the fleet
-        log the lenses; checkpoint every K iterations
+        learner trains on the window           # new_samples * sample_reuse / batch_size steps
+        source.publish(net, version + 1)       # the one way new weights go out
+        log the lenses (zero/lenses.py); checkpoint every K iterations
 
 A checkpoint holds the network, optimiser, replay window, the actor's games in flight (with
 their trees) and every RNG, so a resumed run continues exactly where the original stopped.
 
-With `runtime.actors: M > 0` the actor is a fleet of M Ray actors playing while the learner
-trains (zero/actors.py): `iterate` takes `games_per_iteration` finished games from it and
-publishes the new weights to it. A resumed fleet run restarts its actors with the
+With `runtime.actors: M > 0` the source is a fleet of M Ray actors playing while the learner
+trains (zero/actors.py): `learn` takes `games_per_iteration` finished games from it and
+`finish` publishes the new weights to it. A resumed fleet run restarts its actors with the
 checkpointed weights (consistent counters and game ids; not the same games).
 """
 
@@ -22,48 +21,43 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import pickle
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlscale.config import ConfigError, config_to_dict, dump_config
-from rlscale.runtime import rundir
-from rlscale.runtime.checkpoint import (
+from ..config import ConfigError, config_to_dict, dump_config
+from ..runtime import rundir
+from ..runtime.checkpoint import (
     NETWORKS_DIR,
     atomic_dir,
     checkpoint_path,
     checkpoint_step,
-    latest_checkpoint,
     load_latest_usable,
     prune_checkpoints,
     rng_state,
     set_rng_state,
 )
-from rlscale.runtime.device import resolve_compute_dtype, resolve_device
-from rlscale.runtime.fleet import ray_session
-from rlscale.runtime.health import (
-    NonFiniteError,
-    NonFiniteGuard,
-    StepUndo,
-    parameters_finite,
-    unrecoverable_message,
-)
-from rlscale.runtime.metrics import Heartbeat, MetricsLogger, StepProgress
-from rlscale.runtime.trackers import open_trackers
-from rlscale.runtime.versions import WeightPublisher, WeightStore, staleness
-from rlscale.zero.actors import FleetSelfPlay
-from rlscale.zero.agent import model_folder
-from rlscale.zero.config import RESUME_FREE_FIELDS, NetworkConfig, ZeroConfig, thread_check
-from rlscale.zero.games import make_game
-from rlscale.zero.games.base import Game
-from rlscale.zero.learner import Learner
-from rlscale.zero.network import (
+from ..runtime.device import resolve_compute_dtype, resolve_device
+from ..runtime.fleet import ray_session
+from ..runtime.health import StepUndo
+from ..runtime.metrics import Heartbeat, MetricsLogger, StepProgress
+from ..runtime.run import Schedule, drive
+from ..runtime.trackers import open_trackers
+from ..runtime.versions import WeightStore, staleness
+from .actors import FleetSelfPlay
+from .config import RESUME_FREE_FIELDS, NetworkConfig, ZeroConfig, thread_check
+from .experience import InProcessSelfPlay
+from .games import make_game
+from .games.base import Game
+from .learner import Learner
+from .lenses import Counters, lens_metrics, nonfinite_figures
+from .model import model_folder
+from .network import (
     PolicyValueNet,
     grow_network,
     load_network,
@@ -72,22 +66,29 @@ from rlscale.zero.network import (
     save_network,
     selfplay_batch,
 )
-from rlscale.zero.replay import ReplayWindow, Samples
-from rlscale.zero.resign import PlayedOut, false_resignations, tune_threshold
-from rlscale.zero.selfplay import Actor, PlayStats
+from .replay import ReplayWindow, Samples
+from .resign import PlayedOut, false_resignations, tune_threshold
+from .selfplay import Actor, PlayStats
+from .training_state import recorded_config_dir, saved_iteration, training_state
 
 # Search settings that only make sense in self-play are not saved with the model.
 _SELFPLAY_ONLY = ("dirichlet_alpha", "dirichlet_fraction")
 
 
 @dataclass
-class Counters:
-    iteration: int = 0
-    games: int = 0
-    samples: int = 0
-    learner_steps: int = 0
-    version: int = 0
-    seconds: float = 0.0  # wall time spent in iterations, summed over resumes
+class IterationReport:
+    """What one iteration's self-play and learning produced, before the guard's verdict."""
+
+    start: float
+    samples: Samples
+    play: PlayStats
+    source_metrics: dict[str, float]
+    resign_metrics: dict[str, float]
+    held_out: dict[str, float] | None
+    losses: list[dict[str, float]] = field(default_factory=list)
+    lag: dict[str, float] = field(default_factory=dict)
+    lags: np.ndarray | None = None  # version lag of each sample trained on
+    train_seconds: float = 0.0
 
 
 @dataclass
@@ -99,7 +100,7 @@ class TrainResult:
 
 
 class ZeroRun:
-    """Everything a run holds; `iterate()` is one round of the loop."""
+    """Everything a run holds; `learn` then `finish` is one round of the loop."""
 
     def __init__(self, cfg: ZeroConfig, stage: int = 1, warm_start: bool = True) -> None:
         """`warm_start`: start from `network.init_from` when set (False when a checkpoint's
@@ -121,15 +122,15 @@ class ZeroRun:
             selfplay_batch(cfg.selfplay.concurrent_games, cfg.mcts.leaves_per_call)))
         self.learner = Learner(net, cfg.train, self.device)
         self.undo = StepUndo(self.learner.net, self.learner.optimizer)
-        # The one place new weights go: this in-process store, or the fleet (start_actors).
-        self.weights: WeightPublisher = WeightStore(self.learner.net.state_dict(), version=0)
-        # In-process self-play (runtime.actors 0), or a fleet started by start_actors().
-        self.actor = None if cfg.runtime.actors else Actor(
-            self.game, network_for(self.game, cfg.network, self.precision.name).to(self.device),
-            cfg.mcts,
-            cfg.selfplay, self.weights, np.random.default_rng([cfg.train.seed, 1]),
-        )
-        self.fleet: FleetSelfPlay | None = None
+        # Where games come from and new weights go: one actor in this process, or a fleet
+        # started by start_actors().
+        self.source: InProcessSelfPlay | FleetSelfPlay | None = None
+        if not cfg.runtime.actors:
+            store = WeightStore(self.learner.net.state_dict(), version=0)
+            self.source = InProcessSelfPlay(Actor(
+                self.game,
+                network_for(self.game, cfg.network, self.precision.name).to(self.device),
+                cfg.mcts, cfg.selfplay, store, np.random.default_rng([cfg.train.seed, 1])), store)
         self.fleet_state: dict[str, Any] | None = None  # the fleet's, from a checkpoint
         self.resign_threshold = cfg.selfplay.resign_threshold  # tuned when asked to
         self.played_out: list[PlayedOut] = []  # the newest played-out games, for the tuning
@@ -139,34 +140,20 @@ class ZeroRun:
             final_targets=self.learner.net.learns_final_position,
         )
         self.counters = Counters()
-        self.last_lags: np.ndarray | None = None  # version lag of each sample trained on
         self.stage = stage  # first iteration of the config stage `cfg` holds the settings of
 
-    # -- self-play: in-process, or the fleet ------------------------------------------------
     def start_actors(self) -> None:
         """Start the self-play fleet (runtime.actors > 0; inside a Ray session) with the
         current weights; a no-op for in-process self-play."""
-        if self.cfg.runtime.actors and self.fleet is None:
-            self.fleet = FleetSelfPlay(self.cfg, resign_threshold=self.resign_threshold,
-                                       resumed=self.fleet_state)
-            self.fleet.start(self.learner.net.state_dict(), self.counters.version)
-            self.weights = self.fleet
+        if self.cfg.runtime.actors and self.source is None:
+            fleet = FleetSelfPlay(self.cfg, resign_threshold=self.resign_threshold,
+                                  resumed=self.fleet_state)
+            fleet.start(self.learner.net.state_dict(), self.counters.version)
+            self.source = fleet
 
     def close(self) -> None:
-        if self.fleet is not None:
-            self.fleet.close()
-
-    def _self_play(self, games: int, beat: Callable[[str], None]
-                   ) -> tuple[Samples, PlayStats, dict[str, float]]:
-        if self.fleet is not None:
-            return self.fleet.take(games)
-        if self.actor is None:
-            raise RuntimeError("runtime.actors > 0: call start_actors() (in a Ray session) first")
-        self.actor.sync()
-        iteration = self.counters.iteration + 1
-        return *self.actor.play(games, on_step=lambda stats: beat(
-            f"iteration {iteration}: self-play, {stats.games}/{games} games, "
-            f"{stats.moves} moves")), {}
+        if self.source is not None:
+            self.source.close()
 
     def _tune_resignation(self, play: PlayStats) -> dict[str, float]:
         """AlphaGo Zero's v_resign: the most aggressive threshold that keeps false
@@ -182,10 +169,7 @@ class ZeroRun:
                                    min_games=sp.resign_tune_min_games)
             if tuned is not None:
                 self.resign_threshold = tuned
-                if self.actor is not None:
-                    self.actor.resign_threshold = tuned
-                if self.fleet is not None:
-                    self.fleet.set_resign_threshold(tuned)
+                self.source.set_resign_threshold(tuned)
             false, would = false_resignations(self.played_out, self.resign_threshold,
                                               sp.resign_min_moves)
             m["selfplay/played_out_games"] = len(self.played_out)
@@ -194,57 +178,62 @@ class ZeroRun:
         return m
 
     # -- one iteration ------------------------------------------------------------------------
-    def iterate(self, beat: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
-        """One round; `beat(text)` is told where it is (Heartbeat: signs of life)."""
-        cfg = self.cfg
-        start = time.perf_counter()
-        samples, play, fleet_metrics = self._self_play(cfg.selfplay.games_per_iteration, beat)
-        resign_metrics = self._tune_resignation(play)
-        # Scored before they are trained on: the generalisation lens (see Learner.held_out).
-        held_out = self.learner.held_out(samples)
+    def learn(self, beat: Callable[[str], None] = lambda text: None) -> IterationReport:
+        """Self-play then learning; `beat(text)` is told where it is (signs of life)."""
+        cfg, start = self.cfg, time.perf_counter()
+        if self.source is None:
+            raise RuntimeError("runtime.actors > 0: call start_actors() (in a Ray session) first")
+        games, iteration = cfg.selfplay.games_per_iteration, self.counters.iteration + 1
+        samples, play, source_metrics = self.source.next_batch(games, lambda stats: beat(
+            f"iteration {iteration}: self-play, {stats.games}/{games} games, {stats.moves} moves"))
+        report = IterationReport(start, samples, play, source_metrics,
+                                 self._tune_resignation(play),
+                                 # scored before they are trained on: the generalisation lens
+                                 self.learner.held_out(samples))
         self.replay.add(samples)
-
         train_start = time.perf_counter()
-        losses: list[dict[str, float]] = []
         versions: list[np.ndarray] = []
-        self.nonfinite = []
-        guard_mode = cfg.health.nonfinite_guard
-        if guard_mode == "snapshot":
-            self.undo.save()
         if len(self.replay) >= cfg.train.min_replay and not self.replay.refilling():
-            self.learner.set_lr(self.learner.lr_at(self.counters.iteration + 1))
+            self.learner.set_lr(self.learner.lr_at(iteration))
             steps = math.ceil(len(samples) * cfg.train.sample_reuse / cfg.train.batch_size)
             augment_with = self.game if cfg.replay.augment else None
             for step in range(steps):
                 batch = self.replay.sample(cfg.train.batch_size, self.rng, augment_with)
-                losses.append(self.learner.step(batch))
+                report.losses.append(self.learner.step(batch))
                 versions.append(batch.policy_version)
-                beat(f"iteration {self.counters.iteration + 1}: learning, step {step + 1}/{steps}")
-        train_seconds = time.perf_counter() - train_start
-        lag = staleness(self.counters.version, np.concatenate(versions)) if versions else {}
-        self.last_lags = self.counters.version - np.concatenate(versions) if versions else None
-        self.nonfinite = [] if guard_mode == "off" else _nonfinite(losses, self.learner.net)
-        if self.nonfinite and guard_mode == "check" and "weights" in self.nonfinite:
-            raise NonFiniteError(unrecoverable_message(
-                "iteration", self.counters.iteration + 1, str(self.run_dir)))
-        if self.nonfinite and guard_mode == "snapshot":
-            # undo the iteration's updates; the self-play games stay in replay
-            self.undo.restore()
-        elif losses:
-            self.counters.version += 1
-            self.weights.publish(self.learner.net.state_dict(), self.counters.version)
+                beat(f"iteration {iteration}: learning, step {step + 1}/{steps}")
+        report.train_seconds = time.perf_counter() - train_start
+        if versions:
+            report.lag = staleness(self.counters.version, np.concatenate(versions))
+            report.lags = self.counters.version - np.concatenate(versions)
+        return report
 
+    def nonfinite(self, report: IterationReport) -> list[str]:
+        return nonfinite_figures(report.losses, self.learner.net)
+
+    def finish(self, report: IterationReport, undone: bool = False,
+               publish: bool = True) -> dict[str, Any]:
+        """Count the iteration and, unless its updates were `undone` (the guard restored
+        the weights), publish the new weights; the iteration's figures."""
+        if report.losses and not undone and publish:
+            self.counters.version += 1
+            self.source.publish(self.learner.net.state_dict(), self.counters.version)
         c = self.counters
         c.iteration += 1
-        c.games += play.games
-        c.samples += len(samples)
+        c.games += report.play.games
+        c.samples += len(report.samples)
         c.learner_steps = self.learner.steps
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - report.start
         c.seconds += seconds
-        metrics = _lens_metrics(play, losses, lag, samples, self.replay, c, seconds,
-                                train_seconds, self.learner.optimizer.param_groups[0]["lr"],
-                                held_out)
-        return {**metrics, **resign_metrics, **fleet_metrics, **self.precision.metrics()}
+        metrics = lens_metrics(report.play, report.losses, report.lag, report.samples,
+                               self.replay, c, seconds, report.train_seconds,
+                               self.learner.optimizer.param_groups[0]["lr"], report.held_out)
+        return {**metrics, **report.resign_metrics, **report.source_metrics,
+                **self.precision.metrics()}
+
+    def iterate(self, beat: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
+        """One round without the guard (`train` runs them with it)."""
+        return self.finish(self.learn(beat))
 
     # -- checkpoints ------------------------------------------------------------------------
     def model_extra(self) -> dict[str, Any]:
@@ -275,12 +264,10 @@ class ZeroRun:
                 "rng": rng_state(),
                 "learner_rng": self.rng.bit_generator.state,
                 "resign": {"threshold": self.resign_threshold, "played_out": self.played_out},
-                "fleet": self.fleet.checkpoint_state() if self.fleet is not None else None,
+                "fleet": self.source.checkpoint_state(),
             }, tmp / "trainer.pt")
             self.replay.save(tmp / "replay.npz")
-            if self.actor is not None:  # a fleet's games in flight are not saved
-                with open(tmp / "actor.pkl", "wb") as f:
-                    pickle.dump(self.actor.state_dict(), f)
+            self.source.save_games(tmp)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path
 
@@ -306,7 +293,6 @@ class ZeroRun:
         self.counters = Counters(**state["counters"])
         set_rng_state(state["rng"])
         self.rng.bit_generator.state = state["learner_rng"]
-        self.weights = WeightStore(self.learner.net.state_dict(), version=self.counters.version)
         if replay_required or (path / "replay.npz").is_file():
             self.replay.load(path / "replay.npz")
         else:  # refilled by self-play; learning waits for a window of window_start samples
@@ -316,17 +302,10 @@ class ZeroRun:
         if (resign is not None and resign["threshold"] is not None
                 and self.cfg.selfplay.resign_false_positive_target is not None):
             self.resign_threshold, self.played_out = resign["threshold"], resign["played_out"]
-        if self.actor is None:
-            return
-        self.actor.weights = self.weights
-        self.actor.resign_threshold = self.resign_threshold
-        if not (path / "actor.pkl").is_file():  # saved by a fleet run: fresh games
-            return
-        with open(path / "actor.pkl", "rb") as f:
-            actor_state = pickle.load(f)
-        # Games in flight carry over unless the resumed config asks for another number.
-        if len(actor_state["slots"]) == self.cfg.selfplay.concurrent_games:
-            self.actor.load_state_dict(actor_state)
+        if isinstance(self.source, InProcessSelfPlay):  # a fleet starts after the load
+            self.source.reset_weights(self.learner.net.state_dict(), self.counters.version)
+            self.source.set_resign_threshold(self.resign_threshold)
+            self.source.load_games(path, self.cfg.selfplay.concurrent_games)
 
     def save_final(self) -> Path:
         final = self.run_dir / "final"
@@ -366,76 +345,67 @@ def _grown(net: PolicyValueNet, cfg: NetworkConfig) -> PolicyValueNet:
                         ownership_head=cfg.ownership_head, score_head=cfg.score_head)
 
 
-def _nonfinite(losses: list[dict[str, float]], net: torch.nn.Module) -> list[str]:
-    """The non-finite figures of an iteration's updates: a loss, or the weights themselves."""
-    bad = sorted({k for x in losses for k, v in x.items() if not math.isfinite(v)})
-    if not parameters_finite(net.parameters()):
-        bad.append("weights")
-    return bad
+class ZeroLoop:
+    """A Zero run as the run skeleton (runtime/run.py) drives it: the ZeroRun of the current
+    stage, replaced by the next stage's at its first iteration (checkpointed and resumed, so
+    a staged run and one stopped and resumed by hand agree)."""
 
+    def __init__(self, cfg: ZeroConfig, run: ZeroRun) -> None:
+        self.cfg, self.run = cfg, run
 
-def _lens_metrics(
-    play: PlayStats,
-    losses: list[dict[str, float]],
-    lag: dict[str, float],
-    samples: Any,
-    replay: ReplayWindow,
-    c: Counters,
-    seconds: float,
-    train_seconds: float,
-    lr: float,
-    held_out: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    outcomes = np.array(play.outcomes)
-    m: dict[str, Any] = {}
-    # credit assignment: is the value learnable and are outcomes balanced?
-    if losses:
-        m["credit/value_loss"] = float(np.mean([x["value_loss"] for x in losses]))
-    if held_out:
-        # the same losses on the new games, before training on them (value against z alone)
-        m["credit/held_out_value_loss"] = held_out["value_loss"]
-        m["bias_variance/held_out_policy_loss"] = held_out["policy_loss"]
-    m["credit/outcome_p0_win"] = float((outcomes > 0).mean())
-    m["credit/outcome_draw"] = float((outcomes == 0).mean())
-    m["credit/outcome_p1_win"] = float((outcomes < 0).mean())
-    # bias-variance: how far the search moves from the prior, how well the net follows it
-    if losses:
-        m["bias_variance/policy_loss"] = float(np.mean([x["policy_loss"] for x in losses]))
-    m["bias_variance/search_prior_kl"] = play.kl_sum / max(len(samples), 1)
-    # KataGo's auxiliary targets, over the batches that had a played-out game
-    for key, name in (("ownership_loss", "loss/ownership"), ("score_loss", "loss/score")):
-        values = [x[key] for x in losses if key in x]
-        if values:
-            m[name] = float(np.mean(values))
-    # moving distribution: the policy's entropy and the games it plays
-    if losses:
-        m["moving/policy_entropy"] = float(np.mean([x["policy_entropy"] for x in losses]))
-    m["moving/game_length"] = float(np.mean(play.lengths))
-    # share of this iteration's games that differ from each other (1 = all distinct); near
-    # 1/games means self-play has collapsed onto one line (see selfplay.random_opening_share)
-    m["moving/distinct_games"] = len(play.sequences) / max(play.games, 1)
-    # staleness: version lag of the replay samples trained on
-    m.update(lag)
-    # resignation
-    if play.resigned or play.playout_would_resign:
-        m["selfplay/resigned_share"] = play.resigned / max(play.games, 1)
-        m["selfplay/false_resign_rate"] = play.false_resignations / max(play.playout_would_resign, 1)
-    # speed and counters
-    m["train/lr"] = lr
-    m["speed/games_per_hour"] = play.games / seconds * 3600.0
-    m["speed/simulations_per_second"] = play.simulations / max(play.seconds, 1e-9)
-    m["speed/selfplay_seconds"] = play.seconds
-    m["speed/train_seconds"] = train_seconds
-    m["replay/size"] = len(replay)
-    m["replay/window"] = replay.window()
-    if replay.earlier:  # resumed without its replay: 1 while learning waits for the refill
-        m["replay/refilling"] = float(replay.refilling())
-    m["counters/games"] = c.games
-    m["counters/samples"] = c.samples
-    m["counters/learner_steps"] = c.learner_steps
-    m["counters/version"] = c.version
-    m["counters/seconds"] = c.seconds
-    return m
+    @property
+    def done(self) -> int:
+        return self.run.counters.iteration
+
+    @property
+    def undo(self) -> StepUndo:
+        return self.run.undo
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.run.cfg.checkpoint.every
+
+    @property
+    def max_minutes(self) -> float | None:
+        return self.run.cfg.train.max_minutes
+
+    def begin_step(self) -> None:
+        upcoming = self.done + 1
+        if self.cfg.stage_start(upcoming) != self.run.stage:
+            path = checkpoint_path(self.run.run_dir, self.done)
+            if not path.is_dir():
+                path = self.run.save_checkpoint()
+            self.run.close()  # a fleet restarts with the new stage's settings, as on a resume
+            self.run = _start_run(self.cfg, upcoming, path)
+            self.run.start_actors()
+
+    def learn(self, beat: Callable[[str], None]) -> IterationReport:
+        return self.run.learn(beat)
+
+    def nonfinite(self, report: IterationReport) -> list[str]:
+        return self.run.nonfinite(report)
+
+    def finish(self, report: IterationReport, undone: bool, publish: bool = True
+               ) -> dict[str, Any]:
+        return self.run.finish(report, undone, publish)
+
+    def after_step(self, metrics: dict[str, Any]) -> None:
+        return None
+
+    def histograms(self, report: IterationReport) -> dict[str, np.ndarray]:
+        return {} if report.lags is None else {"staleness/lag": report.lags}
+
+    def progress_fields(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {"games": self.run.counters.games, "vloss": metrics.get("credit/value_loss"),
+                "ploss": metrics.get("bias_variance/policy_loss")}
+
+    def save_checkpoint(self) -> Path:
+        return self.run.save_checkpoint()
+
+    def save_snapshot(self) -> None:
+        every = self.run.cfg.checkpoint.networks_every
+        if every and self.done % every == 0:
+            self.run.save_network_snapshot()
 
 
 def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None,
@@ -447,55 +417,6 @@ def _start_run(cfg: ZeroConfig, iteration: int, checkpoint: Path | None,
     if checkpoint is not None:
         run.load_checkpoint(checkpoint, replay_required)
     return run
-
-
-# What a run needs to go on learning where it stopped, without the replay window and the games
-# in flight (megabytes instead of tens): small enough to commit beside the code, so a run
-# longer than one sitting survives a fresh clone. The model files also make it a playable
-# model folder.
-TRAINING_STATE_FILES = ("model.json", "model.safetensors", "trainer.pt")
-
-
-def training_state(path: str | Path) -> Path:
-    """The checkpoint `path` names for `--resume-from`: a folder holding trainer.pt (a
-    checkpoint, or one export_training_state wrote), or a run directory's newest checkpoint."""
-    path = Path(path)
-    found = path if (path / "trainer.pt").is_file() else latest_checkpoint(path)
-    if found is None or not all((found / name).is_file() for name in TRAINING_STATE_FILES):
-        raise FileNotFoundError(f"{path} holds no checkpoint (a folder with "
-                                f"{', '.join(TRAINING_STATE_FILES)}, or a run directory)")
-    return found
-
-
-def _recorded_config_dir(checkpoint: Path) -> Path:
-    """Where the config of the run that wrote `checkpoint` lies: beside it (an exported
-    state) or in its run directory (run/checkpoints/step_N)."""
-    return checkpoint if (checkpoint / "config.yaml").is_file() else checkpoint.parent.parent
-
-
-def export_training_state(path: str | Path, out: str | Path) -> Path:
-    """Copy the training state of the checkpoint `path` names (TRAINING_STATE_FILES and its
-    run's config.yaml) into the new folder `out`; `rlscale zero train --resume-from out`
-    continues that run. Refuses an `out` that exists: nothing of the user's is replaced."""
-    import shutil
-
-    source, out = training_state(path), Path(out)
-    if out.exists():
-        raise FileExistsError(f"{out} already exists; export the training state to a new folder")
-    config = _recorded_config_dir(source) / "config.yaml"
-    with atomic_dir(out) as tmp:
-        for name in TRAINING_STATE_FILES:
-            shutil.copy2(source / name, tmp / name)
-        if config.is_file():
-            shutil.copy2(config, tmp / "config.yaml")
-    return out
-
-
-def _saved_iteration(checkpoint: Path) -> int:
-    """The iteration a checkpoint was saved at (its model.json's counters)."""
-    import json
-
-    return int(json.loads((checkpoint / "model.json").read_text())["extra"]["counters"]["iteration"])
 
 
 def train(cfg: ZeroConfig, resume: bool = False, progress: bool = True, *,
@@ -579,11 +500,11 @@ def _resume_point(cfg: ZeroConfig, run_dir: Path) -> tuple[Path, ZeroRun] | None
 def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
            allow_config_change: bool, source: Path | None = None) -> TrainResult:
     if source is not None:  # checked before loading: a refused config costs no work
-        done = _saved_iteration(source)
+        done = saved_iteration(source)
         rundir.check_resume_config(run_dir, cfg, done=done, length_key="train.iterations",
                                    free_fields=RESUME_FREE_FIELDS,
                                    allow_change=allow_config_change,
-                                   recorded_in=_recorded_config_dir(source))
+                                   recorded_in=recorded_config_dir(source))
         found = source, _start_run(cfg, done + 1, source, replay_required=False)
     else:
         found = _resume_point(cfg, run_dir) if resume else None
@@ -604,60 +525,18 @@ def _train(cfg: ZeroConfig, run_dir: Path, resume: bool, progress: bool,
         cfg.logging, run_dir, config_to_dict(cfg), resume_step))
     bar = StepProgress(cfg.train.iterations, f"zero {cfg.name}", enabled=progress,
                        completed=run.counters.iteration, fields=("games", "vloss", "ploss"))
+    loop = ZeroLoop(cfg, run)
     try:
         with _ray_if_needed(cfg):
             run.start_actors()
             try:
-                run, metrics = _iterate(cfg, run, logger, bar,
-                                        Heartbeat(f"zero {cfg.name}", enabled=progress))
+                outcome = drive(loop, Schedule(cfg.train.iterations, cfg.health, run_dir,
+                                               what="iteration"),
+                                logger, bar, Heartbeat(f"zero {cfg.name}", enabled=progress))
             finally:
-                run.close()
+                loop.run.close()
     finally:
         bar.close()
         logger.close()
-    final = run.save_final()
-    return TrainResult(run_dir, run.counters, final, metrics)
-
-
-def _iterate(cfg: ZeroConfig, run: ZeroRun, logger: MetricsLogger, bar: StepProgress,
-             heartbeat: Heartbeat) -> tuple[ZeroRun, dict[str, Any]]:
-    """Iterate, log and checkpoint until train.iterations (or max_minutes); the run of the
-    last stage and the last metrics."""
-    run_dir = cfg.run_dir()
-    guard = NonFiniteGuard(cfg.health.max_nonfinite_steps, what="iteration")
-    started = time.perf_counter()
-    metrics: dict[str, Any] = {}
-    while run.counters.iteration < cfg.train.iterations:
-        upcoming = run.counters.iteration + 1
-        if cfg.stage_start(upcoming) != run.stage:
-            path = checkpoint_path(run_dir, run.counters.iteration)
-            if not path.is_dir():
-                path = run.save_checkpoint()
-            run.close()  # a fleet restarts with the new stage's settings, as on a resume
-            run = _start_run(cfg, upcoming, path)
-            run.start_actors()
-        values = run.iterate(heartbeat.beat)
-        guard.observe(run.counters.iteration, run.nonfinite)
-        values["health/skipped_steps"] = guard.skipped
-        metrics = logger.log(run.counters.iteration, values)
-        if guard.should_stop:
-            # The weights are the last good ones again: a checkpoint to resume from.
-            path = run.save_checkpoint()
-            raise NonFiniteError(guard.stop_message(run.counters.iteration, run.nonfinite,
-                                                    str(path)))
-        if run.last_lags is not None:
-            logger.log_histogram(run.counters.iteration, "staleness/lag", run.last_lags)
-        bar.update(run.counters.iteration, {
-            "games": run.counters.games, "vloss": metrics.get("credit/value_loss"),
-            "ploss": metrics.get("bias_variance/policy_loss")})
-        last = run.counters.iteration >= cfg.train.iterations
-        budget = run.cfg.train.max_minutes
-        out_of_time = budget is not None and time.perf_counter() - started > 60 * budget
-        networks_every = run.cfg.checkpoint.networks_every
-        if networks_every and run.counters.iteration % networks_every == 0:
-            run.save_network_snapshot()
-        if run.counters.iteration % run.cfg.checkpoint.every == 0 or last or out_of_time:
-            run.save_checkpoint()
-        if out_of_time:
-            break
-    return run, metrics
+    final = loop.run.save_final()
+    return TrainResult(run_dir, loop.run.counters, final, outcome.metrics)

@@ -28,12 +28,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from rlscale.runtime.device import Workload, compute_context, parameter_signature
-from rlscale.runtime.health import first_non_finite_parameter
+from ..runtime.device import Workload, compute_context, parameter_signature
+from ..runtime.health import first_non_finite_parameter
 
 if TYPE_CHECKING:
-    from rlscale.zero.config import NetworkConfig
-    from rlscale.zero.games.base import Game
+    from .config import NetworkConfig
+    from .games.base import Game
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"

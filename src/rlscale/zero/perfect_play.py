@@ -1,6 +1,6 @@
 """Connect Four judged by the perfect solver (`rlscale.zero.solver`): solver agreement on the
-benchmark positions and audits of played matches. Split from `arena` (matches, Elo, the
-compute curve), whose agents and match records these take.
+benchmark positions and audits of played matches (agents from `zero.agents`, match records
+from `zero.matches`).
 
 Solver agreement (`solver_agreement`). On the benchmark positions of `shared/data/connect4`, a
 move is a mistake when another legal move has a strictly better perfect-play outcome
@@ -22,10 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from rlscale.zero.arena import Agent, GameRecord, MatchResult, act_many, connect4_data_dir
-from rlscale.zero.games.base import IllegalMove
+from .agents import Agent, act_many
+from .games.base import IllegalMove
+from .matches import GameRecord, MatchResult
 
 AGREEMENT_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2")
+
+
+def connect4_data_dir() -> Path:
+    """`<repo>/../shared/data/connect4`, the solver benchmark positions."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4"
 
 
 # -- solver agreement (Connect Four) ---------------------------------------------------------
@@ -63,7 +69,7 @@ def read_positions(name: str | Path, data_dir: str | Path | None = None,
 
 def keeps_value(state: Any, action: int) -> bool:
     """True unless another legal move has a strictly better perfect-play outcome."""
-    from rlscale.zero.solver import move_values
+    from .solver import move_values
 
     values = move_values(state, weak=True)
     if values[action] is None:
@@ -80,7 +86,7 @@ def solver_agreement(
 ) -> list[AgreementResult]:
     """Per file, how many of the agent's moves keep the position's perfect-play value. The
     agent is asked `batch` positions at a time (one batched search for a network agent)."""
-    from rlscale.zero.games.connect4 import Connect4, state_from_moves
+    from .games.connect4 import Connect4, state_from_moves
 
     game = Connect4()
     results = []
@@ -125,7 +131,7 @@ class GameAudit:
 def audit_game(record: GameRecord, solver: Any = None) -> GameAudit:
     """Solve every position of a Connect Four game after its opening and count, for each
     agent, the moves that changed the game's perfect-play outcome against it."""
-    from rlscale.zero.solver import Solver
+    from .solver import Solver
 
     solver = solver or Solver()
     columns = "".join(str(m + 1) for m in record.moves)
@@ -149,7 +155,7 @@ def audit_match(result: MatchResult, solver: Any = None,
                 progress: Callable[[int, int], None] | None = None) -> list[GameAudit]:
     """`audit_game` for every game of a Connect Four match, sharing one solver (and its
     transposition table). Slow near the start: a position 2 plies deep takes ~1-5 min."""
-    from rlscale.zero.solver import Solver
+    from .solver import Solver
 
     solver = solver or Solver(tt_bits=24)
     audits = []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlscale.zero.games.base import Game
+from .games.base import Game
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from rlscale.runtime.versions import WeightStore
-from rlscale.zero.config import MCTSConfig, SelfPlayConfig
-from rlscale.zero.games.base import Game
-from rlscale.zero.mcts import Forest, search
-from rlscale.zero.network import PolicyValueNet
-from rlscale.zero.replay import Samples
-from rlscale.zero.resign import PlayedOut
+from ..runtime.versions import WeightStore
+from .config import MCTSConfig, SelfPlayConfig
+from .forest import Forest
+from .games.base import Game
+from .network import PolicyValueNet
+from .replay import Samples
+from .resign import PlayedOut
+from .search import search
 
 
 @dataclass

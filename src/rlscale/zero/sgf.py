@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rlscale import __version__
+from .. import __version__
 
 _COLOURS = "BW"
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlscale.zero.games.base import IllegalMove
-from rlscale.zero.games.connect4 import Connect4, Connect4State, state_from_moves
-from rlscale.zero.games.connect4_bitboard import (
+from .games.base import IllegalMove
+from .games.connect4 import Connect4, Connect4State, state_from_moves
+from .games.connect4_bitboard import (
     CELLS,
     HEIGHT,
     WIDTH,

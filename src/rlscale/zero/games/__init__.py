@@ -13,23 +13,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from rlscale.zero.games.base import Game, IllegalMove
+from .base import Game, IllegalMove
 
 
 def _tictactoe() -> type:
-    from rlscale.zero.games.tictactoe import TicTacToe
+    from .tictactoe import TicTacToe
 
     return TicTacToe
 
 
 def _connect4() -> type:
-    from rlscale.zero.games.connect4 import Connect4
+    from .connect4 import Connect4
 
     return Connect4
 
 
 def _go() -> type:
-    from rlscale.zero.games.go import Go
+    from .go import Go
 
     return Go
 
@@ -49,7 +49,7 @@ def make_game(name: str, **kwargs) -> Game:
     `openspiel:<short name>` runs an OpenSpiel game through the protocol; its kwargs are
     the OpenSpiel game parameters."""
     if name.startswith(OPENSPIEL_PREFIX):
-        from rlscale.zero.games.openspiel import OpenSpielGame
+        from .openspiel import OpenSpielGame
 
         return OpenSpielGame(name[len(OPENSPIEL_PREFIX) :], **kwargs)
     if name not in GAMES:

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlscale.zero.games.base import IllegalMove
-from rlscale.zero.games.connect4_bitboard import (
+from .base import IllegalMove
+from .connect4_bitboard import (
     HEIGHT,
     WIDTH,
     bottom,

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlscale.zero.games.base import IllegalMove
-from rlscale.zero.games.tictactoe import dihedral_symmetries
+from .base import IllegalMove
+from .tictactoe import dihedral_symmetries
 
 COLUMNS = "ABCDEFGHJKLMNOPQRST"
 MIN_SIZE, MAX_SIZE = 5, 19

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rlscale.zero.games.base import IllegalMove
+from .base import IllegalMove
 
 
 class OpenSpielMissing(ImportError):

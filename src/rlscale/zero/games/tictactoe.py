@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlscale.zero.games.base import IllegalMove
+from .base import IllegalMove
 
 _LINES = tuple(
     sum(1 << cell for cell in line)

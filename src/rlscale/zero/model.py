@@ -1,8 +1,9 @@
-"""The Agent that plays with a trained network, and loading one from disk.
+"""A trained network with the search it plays with (`Model`), and loading one from disk.
 
-An `Agent` is a network and its search settings: what plays matches (arena, GTP,
-`rlscale zero play` and `move`). `load_agent` builds one from a saved model folder, a
-checkpoint or a run directory, with the search settings saved for play.
+A `Model` is a network, its game and its search settings; an arena agent (`NetworkAgent`,
+zero/agents.py), GTP and `rlscale zero play` / `move` play through one. `load_model` builds one
+from a saved model folder, a checkpoint or a run directory, with the search settings saved for
+play (`play_settings`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlscale.zero.config import MCTSConfig
-from rlscale.zero.games.base import Game
-from rlscale.zero.mcts import SearchResult, search_states
-from rlscale.zero.network import PolicyValueNet, load_network
+from .config import MCTSConfig
+from .games.base import Game
+from .mcts import SearchResult
+from .network import PolicyValueNet, load_network
+from .search import search_states
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 
-class Agent:
-    """A network and its search: what plays matches (arena, GTP, `rlscale zero play`).
+def shipped_model(game: str) -> Path:
+    """Where the package ships the trained model of `game` (it may not exist)."""
+    return MODELS_DIR / game
+
+
+class Model:
+    """A network and its search: what a network agent, GTP and `rlscale zero play` play with.
 
     `choose(state, simulations)` searches a fresh tree (no state kept between calls, no
     noise, most-visited move); `simulations=0` plays the raw policy. `choose_many` searches
@@ -59,7 +68,7 @@ class Agent:
     def choose_many(
         self, states: list[Any], simulations: int | None = None, game: Game | None = None
     ) -> np.ndarray:
-        """`game`: the rules to search with, when they differ from the agent's own in what
+        """`game`: the rules to search with, when they differ from the model's own in what
         the network does not see (a GTP controller's komi)."""
         game = game or self.game
         if simulations == 0:
@@ -91,7 +100,7 @@ def play_settings(extra: dict[str, Any], **overrides: Any) -> MCTSConfig:
 def model_folder(path: str | Path) -> Path:
     """The folder holding `model.json` that `path` names: itself, or for a run directory its
     `final/`, else its newest checkpoint (else `path`, for the loader to refuse)."""
-    from rlscale.runtime.checkpoint import latest_checkpoint
+    from ..runtime.checkpoint import latest_checkpoint
 
     path = Path(path)
     if (path / "model.json").is_file():
@@ -101,17 +110,17 @@ def model_folder(path: str | Path) -> Path:
     return latest_checkpoint(path) or path
 
 
-def load_agent(
+def load_model(
     path: str | Path, simulations: int | None = None, seed: int = 0, *,
     device: str | torch.device = "cpu", **mcts_overrides: Any
-) -> Agent:
-    """Load an Agent from a saved network folder (`model.json`), a checkpoint, or a run dir
+) -> Model:
+    """Load a Model from a saved network folder (`model.json`), a checkpoint, or a run dir
     (its `final/`, else its newest checkpoint), with its `play_settings` updated by
     `mcts_overrides` (and `simulations`), its network on `device`."""
-    from rlscale.zero.games import make_game
+    from .games import make_game
 
     net, meta = load_network(model_folder(path), device=device)
     game = make_game(meta.game, **meta.game_kwargs)
     if simulations is not None:
         mcts_overrides["simulations"] = simulations
-    return Agent(game, net, play_settings(meta.extra, **mcts_overrides), seed=seed)
+    return Model(game, net, play_settings(meta.extra, **mcts_overrides), seed=seed)

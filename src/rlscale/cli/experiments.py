@@ -1,5 +1,5 @@
-"""`rlscale experiments ...` (mounted by rlscale.cli). Light at import: the experiments, and
-torch with them, load when a command runs."""
+"""`rlscale experiments ...`. Light at import: the experiments, and torch with them, load when
+a command runs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..runtime.errors import INTERRUPTED_STATUS, fail, run_guarded
+from .common import prepare_command_process
 
 app = typer.Typer(help="The field's claims as runnable experiments on the reasoning task.",
                   no_args_is_help=True)
@@ -17,7 +18,7 @@ app = typer.Typer(help="The field's claims as runnable experiments on the reason
 @app.command("list")
 def list_command() -> None:
     """Each experiment with its claim."""
-    from .registry import claims
+    from ..experiments.registry import claims
 
     for name, claim in claims().items():
         typer.echo(f"{name}\n    {claim}")
@@ -41,10 +42,9 @@ def run_command(
              "OUT/base to rebuild it)")] = False,
 ) -> None:
     """Train the arms, measure, analyse, plot; the result lands in OUT/NAME/result.json."""
-    from ..command_setup import prepare_command_process
-    from .registry import EXPERIMENTS
-    from .runner import DEFAULT_OUT, get, run_experiment
-    from .verdict import describe
+    from ..experiments.registry import EXPERIMENTS
+    from ..experiments.runner import DEFAULT_OUT, get, run_experiment
+    from ..experiments.verdict import describe
 
     root = out if out is not None else DEFAULT_OUT["quick" if quick else "full"]
 
@@ -74,7 +74,7 @@ def report_command(
     out: Annotated[Path, typer.Option(help="the markdown to write")] = Path("docs/experiments.md"),
 ) -> None:
     """Write docs/experiments.md: every experiment's claim, figure, table, verdict and command."""
-    from .report import write_report
+    from ..experiments.report import write_report
 
     path = run_guarded(write_report, runs, out)
     typer.echo(f"report written to {path}")

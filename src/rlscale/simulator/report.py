@@ -1,13 +1,11 @@
-"""`rlscale fleet simulate`: every mode of a fleet config side by side, as a table and plots."""
+"""A fleet simulation's results side by side: speed-ups over the synchronous mode, a table, and
+plots of throughput, utilisation, staleness and progress."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from ..config import config_to_dict, load_config
-from .simulator import FleetConfig, SimResult, compare
+from . import FleetConfig, SimResult
 
 
 def speedups(results: list[SimResult]) -> list[float]:
@@ -48,7 +46,7 @@ def plot_results(cfg: FleetConfig, results: list[SimResult], out: Path) -> list[
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .figures import save_figure
+    from ..runtime.figures import save_figure
 
     labels = [r.mode for r in results]
     y = np.arange(len(results))
@@ -95,26 +93,3 @@ def plot_results(cfg: FleetConfig, results: list[SimResult], out: Path) -> list[
     ax.legend(fontsize=7)
     paths.append(save_figure(fig, out / "fleet_timeline.png"))
     return paths
-
-
-def run_fleet_simulation(config: Path, overrides: list[str], out: Path | None,
-                         as_json: bool) -> list[SimResult]:
-    cfg = load_config(FleetConfig, config, overrides)
-    results = compare(cfg)
-    paths = plot_results(cfg, results, out) if out is not None else []
-    if out is not None:
-        (out / "fleet_results.json").write_text(json.dumps(
-            {"config": config_to_dict(cfg), "results": [r.to_dict() for r in results]}))
-    if as_json:
-        print(json.dumps({"config": cfg.name, "results": [
-            {**r.to_dict(), "speedup_vs_sync": x}
-            for r, x in zip(results, speedups(results), strict=True)]}))
-    else:
-        from rich.console import Console
-
-        # Piped or redirected, rich would cut the table to 80 columns: give it room.
-        console = Console() if sys.stdout.isatty() else Console(width=200)
-        console.print(results_table(cfg, results))
-        for path in paths:
-            console.print(f"plot written to {path}")
-    return results
