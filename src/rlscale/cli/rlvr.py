@@ -18,7 +18,8 @@ app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).
 
 def quickstart(
         recipe: Annotated[str, typer.Argument(
-            help="arithmetic (answers of 3-4 characters) or reasoning (step-by-step traces)")
+            help="arithmetic (answers of 3-4 characters), reasoning (step-by-step traces) or "
+            "smollm (a real pretrained model, SmolLM2-135M-Instruct: make smollm)")
         ] = "arithmetic",
         out: Annotated[Path | None, typer.Option(
             help="where everything is written (default runs/quickstart, runs/reasoning)")] = None,

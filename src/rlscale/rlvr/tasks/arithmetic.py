@@ -1,8 +1,14 @@
-"""Multi-digit addition and multiplication with a fixed answer format.
+"""Multi-digit addition and multiplication, in two styles.
 
-Prompt `"347+85="`; the completion is the decimal result and nothing else (the end-of-
-sequence token ends it), e.g. `"432"`. The verifier accepts exactly that, so a sloppy
-completion (`"432 ok"`, `"=432"`) scores 0: format is part of correctness.
+`style: bare` (the default, for the models rlscale builds): prompt `"347+85="`; the
+completion is the decimal result and nothing else (the end-of-sequence token ends it), e.g.
+`"432"`. The verifier accepts exactly that, so a sloppy completion (`"432 ok"`, `"=432"`)
+scores 0: format is part of correctness.
+
+`style: question` (for pretrained instruct models, which answer in sentences): prompt
+`"What is 347 + 85?"`; the answer is the last number the completion writes
+(`answers.last_number`), so `"347 + 85 = 432."` and `"The answer is \boxed{432}"` score 1,
+while restating the question (`"347 + 85"`) scores 0.
 
 Splits: `train` and `test` hash-split the prompts above. `ood` is one digit longer than
 training ever shows, so no ood prompt is a train or test prompt: a sum has one operand
@@ -16,8 +22,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
+from .answers import last_number
 from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
 
 # ASCII digits only: `\d` would also accept other scripts' digits, which int() parses.
@@ -27,15 +34,27 @@ _ANSWER = re.compile(r"-?[0-9]+")
 @dataclass
 class ArithmeticTask:
     name: str = "arithmetic"
-    # The completion budget its answers need (4 characters and EOS at the default digits; a
-    # character is a token of the tiny presets): the quickstart recipe's, rlvr eval's default.
-    max_new_tokens: ClassVar[int] = 8
+    # The completion budget its answers need (bare: 4 characters and EOS at the default
+    # digits, a character a token of the tiny presets; question: a sentence or a short
+    # working): the quickstart recipes', rlvr eval's default.
+    BUDGETS: ClassVar[dict[str, int]] = {"bare": 8, "question": 64}
     add_digits: int = 3         # addition operands have 1..add_digits digits
     mul_digits: tuple[int, int] = (2, 1)  # multiplication: (digits of a, digits of b)
     mul_share: float = 0.3
     test_share: float = 0.1
+    style: Literal["bare", "question"] = "bare"
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.BUDGETS[self.style]
+
+    def _prompt(self, a: int, op: str, b: int) -> str:
+        return f"{a}{op}{b}=" if self.style == "bare" else f"What is {a} {op} {b}?"
 
     def __post_init__(self) -> None:
+        if self.style not in self.BUDGETS:
+            raise TaskOptionError(f"task '{self.name}' option style must be one of "
+                                  f"{', '.join(self.BUDGETS)}, got {str(self.style)[:40]!r}")
         check_option(self.name, "add_digits", self.add_digits, int, 1, 18)
         if isinstance(self.mul_digits, list):
             self.mul_digits = tuple(self.mul_digits)  # YAML gives a list
@@ -59,7 +78,7 @@ class ArithmeticTask:
             a = rng.randrange(0, 10 ** rng.randint(1, self.add_digits))
             b = rng.randrange(0, 10 ** rng.randint(1, self.add_digits))
             op, result = "+", a + b
-        return Example(prompt=f"{a}{op}{b}=", answer=result, meta={"op": op})
+        return Example(prompt=self._prompt(a, op, b), answer=result, meta={"op": op})
 
     def _generate_ood(self, rng: random.Random) -> Example:
         """One digit more than `_generate` ever draws (see the module docstring)."""
@@ -72,7 +91,7 @@ class ArithmeticTask:
             other = rng.randrange(0, 10 ** rng.randint(1, self.add_digits + 1))
             a, b = (long, other) if rng.random() < 0.5 else (other, long)
             op, result = "+", a + b
-        return Example(prompt=f"{a}{op}{b}=", answer=result, meta={"op": op})
+        return Example(prompt=self._prompt(a, op, b), answer=result, meta={"op": op})
 
     def sample(self, split: str, rng: random.Random) -> Example:
         check_split(self.name, split, ood=True)
@@ -81,10 +100,14 @@ class ArithmeticTask:
         return draw_in_split(self._generate, split, rng, self.test_share)
 
     def verify(self, completion: str, example: Example) -> float:
+        if self.style == "question":
+            return 1.0 if last_number(completion) == example.answer else 0.0
         text = completion.strip()
         return 1.0 if _ANSWER.fullmatch(text) and int(text) == example.answer else 0.0
 
     def demonstration(self, example: Example, rng: random.Random) -> str:
+        if self.style == "question":
+            return f"{example.prompt[len('What is '):-1]} = {example.answer}"
         return str(example.answer)
 
     def corrupt(self, example: Example, rng: random.Random) -> str:
