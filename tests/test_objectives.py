@@ -545,7 +545,7 @@ def test_loss_output_is_typed_and_logs_the_same_names():
         "kl/old_new", "loss/policy", "loss"]
     # without a reference or a behaviour policy those figures are absent, not zero
     plain = policy_loss(LossInputs(logp, old, adv, mask), Objective()).metrics
-    assert plain.kl_mean is None and plain.kl_loss is None and plain.behaviour == {}
+    assert plain.kl_mean is None and plain.kl_loss is None and plain.behaviour is None
     assert not {"kl/mean", "kl/loss", "behaviour/weight_mean"} & set(plain.as_dict())
     with pytest.raises(dataclasses.FrozenInstanceError):
         out.metrics.total_loss = 0.0

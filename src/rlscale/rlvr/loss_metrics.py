@@ -27,29 +27,62 @@ def kept_stats(values: Tensor, keep: Tensor, empty: float) -> tuple[float, float
 
 
 @dataclass(frozen=True)
+class RatioFigures:
+    """What the ratio figures are read from: the ratios over their `units`, the advantages,
+    the clip range, and the token log-ratios `delta` with their `mask`."""
+
+    ratio: Tensor
+    advantages: Tensor
+    units: Tensor
+    clip_low: float
+    clip_high: float
+    delta: Tensor
+    mask: Tensor
+
+    def figures(self) -> dict[str, float]:
+        return {**ratio_metrics(self.ratio, self.advantages, self.units, self.clip_low,
+                                self.clip_high),
+                **log_ratio_spread(self.delta, self.mask)}
+
+
+@dataclass(frozen=True)
+class BehaviourFigures:
+    """What the behaviour-weight figures are read from: the raw weights pi_old/mu over their
+    `units`, and the correction's threshold."""
+
+    raw_weight: Tensor
+    units: Tensor
+    threshold: float
+
+    def figures(self) -> dict[str, float]:
+        return behaviour_weight_metrics(self.raw_weight, self.units, self.threshold)
+
+
+@dataclass(frozen=True)
 class LossMetrics:
     """The figures of one `policy_loss` call, over its active units (tokens, or sequences for
-    sequence ratios); `as_dict` gives them under their logged names."""
+    sequence ratios), held as detached tensors: nothing is read back to the host until
+    `as_dict` (at logging), so a micro-batch's loss queues its work without a sync."""
 
-    policy_loss: float      # loss/policy: the clipped surrogate alone
-    total_loss: float       # loss: what is minimised (surrogate + kl_coef * KL term)
-    kl_old_new: float       # kl/old_new: KL(pi_old || pi_theta) per token (k3): how far it moved
-    kl_mean: float | None   # kl/mean: KL to the reference per token; None without ref_logp
-    kl_loss: float | None   # kl/loss: the aggregated KL term; None when kl_coef is 0
-    ratio: dict[str, float]      # ratio_metrics: clip shares, ratio mean and max
-    behaviour: dict[str, float]  # behaviour_weight_metrics; empty without behaviour_logp
+    policy_loss: Tensor     # loss/policy: the clipped surrogate alone
+    total_loss: Tensor      # loss: what is minimised (surrogate + kl_coef * KL term)
+    kl_old_new: Tensor      # kl/old_new: KL(pi_old || pi_theta) per token (k3): how far it moved
+    kl_mean: Tensor | None  # kl/mean: KL to the reference per token; None without ref_logp
+    kl_loss: Tensor | None  # kl/loss: the aggregated KL term; None when kl_coef is 0
+    ratio: RatioFigures     # clip shares, ratio mean and max, log-ratio spread
+    behaviour: BehaviourFigures | None  # None without behaviour_logp
 
     def as_dict(self) -> dict[str, float]:
         """The metrics by their logged names, in the order they have always been logged."""
-        out = dict(self.behaviour)
+        out = {} if self.behaviour is None else self.behaviour.figures()
         if self.kl_mean is not None:
-            out["kl/mean"] = self.kl_mean
+            out["kl/mean"] = as_float(self.kl_mean)
         if self.kl_loss is not None:
-            out["kl/loss"] = self.kl_loss
-        out.update(self.ratio)
-        out["kl/old_new"] = self.kl_old_new
-        out["loss/policy"] = self.policy_loss
-        out["loss"] = self.total_loss
+            out["kl/loss"] = as_float(self.kl_loss)
+        out.update(self.ratio.figures())
+        out["kl/old_new"] = as_float(self.kl_old_new)
+        out["loss/policy"] = as_float(self.policy_loss)
+        out["loss"] = as_float(self.total_loss)
         return out
 
 

@@ -27,11 +27,10 @@ import torch
 from torch import Tensor
 
 from .advantages import estimator_name as advantage_estimator_name
-from .loss_metrics import LossMetrics, behaviour_weight_metrics, log_ratio_spread, ratio_metrics
+from .loss_metrics import BehaviourFigures, LossMetrics, RatioFigures
 from .token_math import (
     KL_ESTIMATORS,
     active_units,
-    as_float,
     check_name,
     kl_k3,
     masked_delta,
@@ -294,32 +293,32 @@ def policy_loss(inputs: LossInputs, objective: Objective) -> LossOutput:
     advantages = inputs.advantages.detach().to(dtype)
     units = active_units(ratio, mask)
 
-    behaviour: dict[str, float] = {}
-    weight = None
+    behaviour = weight = None
     if inputs.behaviour_logp is not None:
         behaviour_logp = inputs.behaviour_logp.detach().to(dtype)
         raw_weight = torch.exp(level.log_ratio(masked_delta(old_logp, behaviour_logp, mask), mask))
         weight = BEHAVIOUR_CORRECTIONS[o.is_correction](raw_weight, o.is_threshold)
-        behaviour = behaviour_weight_metrics(raw_weight, units, o.is_threshold)
+        behaviour = BehaviourFigures(raw_weight.detach(), units, o.is_threshold)
 
     pg_loss = level.loss(ratio, advantages, mask, clip_low=o.clip_low, clip_high=o.clip_high,
                          behaviour_weight=weight, aggregate=aggregate)
     loss = pg_loss
-    kl_mean = kl_loss_value = None
+    kl_mean = kl_loss = None
     if inputs.ref_logp is not None:
         kl = KL_ESTIMATORS[o.kl_kind](masked_delta(inputs.ref_logp.detach().to(dtype), logp, mask))
-        kl_mean = as_float(masked_mean(kl, mask))
+        kl_mean = masked_mean(kl, mask).detach()
         if o.kl_coef != 0.0:
             kl_loss = aggregate(kl, mask)
-            kl_loss_value = as_float(kl_loss)
             loss = loss + o.kl_coef * kl_loss
+            kl_loss = kl_loss.detach()
 
-    ratio_figures = {**ratio_metrics(ratio, advantages, units, o.clip_low, o.clip_high),
-                     **log_ratio_spread(masked_delta(logp, old_logp, mask), mask)}
+    delta = masked_delta(logp, old_logp, mask).detach()
     metrics = LossMetrics(
-        policy_loss=as_float(pg_loss), total_loss=as_float(loss),
-        kl_old_new=as_float(masked_mean(kl_k3(masked_delta(logp, old_logp, mask)), mask)),
-        kl_mean=kl_mean, kl_loss=kl_loss_value, ratio=ratio_figures, behaviour=behaviour)
+        policy_loss=pg_loss.detach(), total_loss=loss.detach(),
+        kl_old_new=masked_mean(kl_k3(delta), mask), kl_mean=kl_mean, kl_loss=kl_loss,
+        ratio=RatioFigures(ratio.detach(), advantages, units, o.clip_low, o.clip_high, delta,
+                           mask),
+        behaviour=behaviour)
     return LossOutput(loss, metrics)
 
 

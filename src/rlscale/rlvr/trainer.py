@@ -1,6 +1,6 @@
 """The learner of RLVR: forward, loss, backward and optimiser step over a step's batch.
 
-Algorithm-blind: what the objective asks of a step (a reference forward, the tokens that get
+Algorithm-blind: what the loss asks of a step (a reference forward, the tokens that get
 the gradient, the loss's inputs, the loss, its extra figures) comes through a `StepLoss`
 (step_loss.py); the advantages arrive finished in the batch (advantages.py).
 """
@@ -92,7 +92,8 @@ class PolicyTrainer:
     @torch.no_grad()
     def score_logprobs(self, model, batch: PolicyBatch) -> torch.Tensor:
         """`[B, T]` log-probs of the batch's completion tokens under `model` (pi_old, the
-        reference, a teacher), without gradients, in micro-batches, at the sampling temperature."""
+        reference, another scoring model), without gradients, in micro-batches, at the sampling
+        temperature."""
         batch = batch.to(self.device)
         return torch.cat([self._logprobs(model, batch.select(idx))[0]
                           for idx in self._micro_batches(torch.arange(len(batch)), batch.lengths())])
@@ -164,17 +165,16 @@ class PolicyTrainer:
                     out.loss.backward()
                     if epoch == 0:
                         logp_first[idx], entropy_first[idx] = logp.detach(), entropy
-                    entropies.append((float((entropy * micro.mask).sum()),
-                                      float(micro.mask.sum())))
-                    loss_metrics.append(out.metrics.as_dict())
+                    entropies.append(((entropy * micro.mask).sum(), micro.mask.sum()))
+                    loss_metrics.append(out.metrics)  # read at the step's end: no sync here
                 grad_norms.append(self._optimizer_step())
         self.version += 1
         logp_before = logp_first if old_logp is None else old_logp
-        metrics = mean_metrics(loss_metrics)
+        metrics = mean_metrics([m.as_dict() for m in loss_metrics])
         lag = (self.version - 1) - batch.versions()  # versions behind the weights trained
         metrics.update(behaviour_mismatch(logp_before, batch.sampler_logprobs, batch.mask, lag))
-        ent_sum = sum(e for e, _ in entropies)
-        ent_n = sum(n for _, n in entropies)
+        ent_sum = sum(float(e) for e, _ in entropies)
+        ent_n = sum(float(n) for _, n in entropies)
         metrics["policy/entropy"] = ent_sum / max(ent_n, 1.0)
         metrics["policy/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
         metrics["policy/grad_norm_max"] = max(grad_norms, default=0.0)
