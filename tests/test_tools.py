@@ -4,6 +4,7 @@ program is a failed call, counted by cause, and leaves no process behind."""
 
 import os
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -331,6 +332,6 @@ def test_isolation_never_falls_back_silently(monkeypatch):
     with pytest.raises(ToolConfigError, match="unavailable"):
         resolve_tools(ToolsConfig(tools=["python"]))
     assert resolve_isolation("rlimits") == "rlimits"
-    problems["rlimits"] = "sandbox failed to start: Permission denied: '/root/python'"
+    problems["rlimits"] = f"sandbox failed to start: Permission denied: {sys.executable!r}"
     with pytest.raises(ToolConfigError, match="'rlimits' cannot run code here .*nobody"):
         resolve_isolation("rlimits")

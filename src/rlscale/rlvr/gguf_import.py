@@ -45,7 +45,7 @@ def packaged_gguf() -> Path:
 def import_gguf(path: str | Path | None, out: str | Path, *, overwrite: bool = False) -> Path:
     """Write the GGUF file `path` (None: the packaged SmolLM2) as a model folder `out`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..runtime.checkpoint import atomic_dir
     from ..runtime.rundir import MODEL_MARKER, check_model_out
@@ -65,7 +65,7 @@ def import_gguf(path: str | Path | None, out: str | Path, *, overwrite: bool = F
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GGUFImportError(f"cannot read {source}: {first[:200]}") from None
     model = _plain_copy(loaded)
-    _stop_at_turn_end(model, tokenizer, GenerationConfig)
+    _stop_at_turn_end(model, tokenizer)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -96,10 +96,12 @@ def _plain_copy(loaded):
     return model.eval()
 
 
-def _stop_at_turn_end(model, tokenizer, generation_config_class) -> None:
+def _stop_at_turn_end(model, tokenizer) -> None:
     """Sampling stops on the tokenizer's eos (one id): with a ChatML template that is the
     end of a turn, `<|im_end|>`, also the padding; the generation config lists the model's
     own end of text beside it, for `generate` users."""
+    from transformers import GenerationConfig
+
     original_end = tokenizer.eos_token_id
     if TURN_END in tokenizer.get_vocab():
         tokenizer.eos_token = TURN_END
@@ -116,6 +118,6 @@ def _stop_at_turn_end(model, tokenizer, generation_config_class) -> None:
             stops.append(end)
     model.config.eos_token_id = tokenizer.eos_token_id
     model.config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config = generation_config_class(
+    model.generation_config = GenerationConfig(
         bos_token_id=model.config.bos_token_id, eos_token_id=stops,
         pad_token_id=tokenizer.pad_token_id)

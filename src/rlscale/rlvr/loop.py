@@ -383,7 +383,6 @@ class RLVRRun:
         if self.start_step >= cfg.train.steps and (final / "config.json").is_file():
             print(f"the run in {self.run_dir} is already at step {self.step}; nothing to do")
             return final
-        self.zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
         if self.start_step:  # a run of zero-reward steps goes on across a resume
             for row in read_metrics(self.run_dir):
                 if row.get("step", 0) <= self.step:

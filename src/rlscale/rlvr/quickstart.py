@@ -214,14 +214,12 @@ def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
                   for split, r in results.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     _write_first_completions(run, out / "completions.md", base_label)
-    config = f" --config configs/rlvr/{recipe.rl_config}" if recipe.name == "smollm" else (
-        f" --task {run.task.name}")
     console.print(f"base model:     {run.base_path}\nGRPO run:       {out / 'grpo'} "
                   f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
                   f"plots:          {plots}\nfigures:        {out / 'summary.json'}; "
                   f"completions before/after: {out / 'completions.md'}\n"
-                  f"re-measure:     rlscale rlvr eval --model {run.final_path}{config} "
-                  f"--samples 4 --k 1,4")
+                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --config "
+                  f"configs/rlvr/{recipe.rl_config} --samples 4 --k 1,4")
 
 
 def _write_first_completions(run: QuickstartRun, path: Path, base_label: str,

@@ -10,8 +10,8 @@
     loop.save_final()
 
 `drive` runs it once; the loops plug in what they add (zero/loop.py, rlvr/loop.py): their
-experience source (`ExperienceSource`: in-process or a fleet behind one interface), their
-learner, their batch type and their metrics. The guard, the logger, trackers and progress,
+experience source (in-process or a fleet behind one interface: rlvr/rollout_source.py,
+zero/experience.py), their learner, their batch type and their metrics. The guard, the logger, trackers and progress,
 the checkpoint cadence and the time budget live here, once.
 """
 
@@ -25,17 +25,6 @@ from typing import Any, Protocol
 from ..config import NonFiniteGuardConfig
 from .health import NonFiniteError, NonFiniteGuard, StepUndo, unrecoverable_message
 from .metrics import Heartbeat, MetricsLogger, StepProgress
-
-
-class ExperienceSource(Protocol):
-    """Where a loop's batches come from and where its new weights go: the sampler or
-    self-play in the learner's process, or a fleet of workers."""
-
-    def publish(self, state_dict: dict[str, Any], version: int) -> None: ...
-
-    def checkpoint_state(self) -> dict[str, Any] | None: ...
-
-    def close(self) -> None: ...
 
 
 class Loop(Protocol):

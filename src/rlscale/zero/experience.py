@@ -1,6 +1,6 @@
 """Where Zero's games come from: one experience source, in the learner's process or a fleet.
 
-Both kinds answer the loop the same way (runtime/run.py's `ExperienceSource`):
+Both kinds answer the loop the same way:
 `next_batch(games, on_step)` gives the samples of `games` finished games, their statistics
 and the source's own figures; `publish(state_dict, version)` hands over new weights;
 `set_resign_threshold` passes the tuned threshold on; `checkpoint_state` and
