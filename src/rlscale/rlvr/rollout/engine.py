@@ -274,7 +274,7 @@ class ContinuousBatchingEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         logits, cache = cached_forward(self.model, None, input_ids=ids, attention_mask=attention,
                                        position_ids=positions)
-        return cache, attention, logits[:, -1, :]
+        return cache, attention, logits
 
     def _extend(self, rows: list[_Row]):
         """One forward of the tokens each row has not fed yet, over its saved keys and
@@ -305,7 +305,7 @@ class ContinuousBatchingEngine:
         logits, cache = cached_forward(self.model, past, input_ids=ids.to(self.device),
                                        attention_mask=attention,
                                        position_ids=positions.to(self.device))
-        return cache, attention, logits[:, -1, :]
+        return cache, attention, logits
 
     def _splice(self, slots: list[int], new_cache, new_attention: torch.Tensor) -> None:
         """Write prefilled rows into `slots` of the running batch (growing it as needed)."""

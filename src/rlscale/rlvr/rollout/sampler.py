@@ -9,6 +9,7 @@ from, after temperature and top-p truncation, so that pi_old/mu shows the trunca
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,10 +86,21 @@ _CACHE_NAME = ("cache" if Version(transformers.__version__) >= Version("5.20")
                else "past_key_values")
 
 
+@functools.cache
+def _keeps_last_logits(forward_owner: type) -> bool:
+    """Whether a model class's forward takes `logits_to_keep` (transformers' causal LMs)."""
+    return "logits_to_keep" in inspect.signature(forward_owner.forward).parameters
+
+
 def cached_forward(model, cache, **inputs) -> tuple[torch.Tensor, Any]:
-    """(logits, updated cache) of one forward that extends `cache` (None: a new one)."""
-    out = model(**inputs, **{_CACHE_NAME: cache}, use_cache=True)
-    return out.logits, out[_CACHE_NAME]
+    """(`[B, V]` logits of each row's last position, updated cache) of one forward that
+    extends `cache` (None: a new one). Where the model allows it, the output layer runs on
+    the last position alone: a prefill of 400 prompts of 40 tokens would otherwise project
+    16,000 positions onto a 49k vocabulary (3 GB of float32 logits) to read 400 of them."""
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    keep = {"logits_to_keep": 1} if _keeps_last_logits(type(owner)) else {}
+    out = model(**inputs, **{_CACHE_NAME: cache}, use_cache=True, **keep)
+    return out.logits[:, -1, :], out[_CACHE_NAME]
 
 
 # Vocabularies of at least this many tokens draw by inverse CDF (`sample_by_cdf`); smaller
@@ -181,7 +193,7 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
 
     logits, hf_cache = cached_forward(model, None, input_ids=input_ids,
                                       attention_mask=attention, position_ids=positions)
-    next_logits = logits[:, -1, :].float()
+    next_logits = logits.float()
     cache_dtype, step = step_function(model, fast_decode)
     cache = KVCache.from_prefill(hf_cache, attention, width + params.max_new_tokens,
                                  cache_dtype)
@@ -238,7 +250,7 @@ def forward_step(model, cache: KVCache, tokens: torch.Tensor,
     for i, layer in enumerate(window.layers):
         cache.keys[i, :, :, column] = layer.keys[:, :, -1]
         cache.values[i, :, :, column] = layer.values[:, :, -1]
-    return logits[:, -1, :].float()
+    return logits.float()
 
 
 def step_function(model, fast_decode: bool = True):
