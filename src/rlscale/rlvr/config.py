@@ -209,6 +209,10 @@ class HeldOutEvalConfig(StrictModel):
         1.0, ge=0, description="sampling temperature; 0: greedy (argmax) decoding, one sample "
         "per prompt")
     seed: int = Field(0, description="the evaluation's prompt and sampling seed")
+    compute_dtype: Literal["float32", "bfloat16", "auto"] = Field(
+        "float32", description="generation precision: float32, bfloat16 (autocast, fp32 "
+        "weights) or auto (bfloat16 where this machine multiplies it faster; "
+        "train.compute_dtype's rule)")
 
 
 class TrainEvalConfig(HeldOutEvalConfig):

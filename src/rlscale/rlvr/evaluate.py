@@ -13,6 +13,7 @@ import torch
 
 from ..config import read_yaml
 from ..runtime.checkpoint import list_checkpoints
+from ..runtime.device import compute_context, resolve_compute_dtype
 from ..runtime.metrics import Heartbeat
 from .config import EvalConfig, RLVRConfig, load_command_config
 from .model import ModelLoadError, PromptFormatter, load_model
@@ -120,24 +121,40 @@ def check_eval_arguments(*, prompts: int, samples: int, ks: tuple[int, ...],
         raise ValueError(f"--top-p must be in (0, 1], got {top_p}")
 
 
+def _complete(model, tokenizer, ids: list[list[int]], params: SamplingParams,
+              generator: torch.Generator, tools: ToolTurns | None, seed: int):
+    """The completions of one batch of prompt ids: the sampler, or with tools the engine."""
+    if tools is None:
+        return generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, generator=generator)
+    completions, _ = generate_with_tools(
+        model, ids, EngineSampling(params.temperature, params.top_p), params.max_new_tokens,
+        tools, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        seed=seed)
+    return rollout_from_completions(completions, tokenizer.pad_token_id)
+
+
 def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0,
              prompts: int = 500, samples: int = 1, ks: tuple[int, ...] = (1,),
              max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
              chat_template: bool = False, system_prompt: str | None = None,
-             batch_size: int = 512,
+             batch_size: int = 512, compute_dtype: str = "float32",
              verifiers: VerifierPool | None = None,
              tools: ToolTurns | None = None, progress: bool = False) -> EvalResult:
     """`verifiers`: the run's pool for `task` (its workers, deadline and memory limit);
     without one, completions are scored in the shared one-worker pool. `tools`: the model
     may call them while it generates (rollout.tools); the details then say how often.
     `progress`: a line on stderr every ~10 s (the command's own evaluations; a training
-    run's held-out ones have the run's progress bar)."""
+    run's held-out ones have the run's progress bar). `compute_dtype`: float32, bfloat16
+    (autocast, fp32 weights) or auto (`resolve_compute_dtype`'s rule)."""
     check_eval_arguments(prompts=prompts, samples=samples, ks=ks, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p)
     if max(ks) > samples:
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per prompt, got {samples}")
     start = time.perf_counter()
     model.eval()
+    device = next(model.parameters()).device
+    dtype = resolve_compute_dtype(compute_dtype, device).name
     fmt = PromptFormatter(tokenizer, chat_template, system_prompt)
     items = examples(task, split, seed, prompts)
     expanded = [ex for ex in items for _ in range(samples)]
@@ -152,15 +169,10 @@ def evaluate(model, tokenizer, task: Task, *, split: str = "test", seed: int = 0
         beat(f"{lo}/{len(expanded)} completions")
         chunk = expanded[lo: lo + batch_size]
         ids = [tokenizer(fmt(ex), add_special_tokens=False)["input_ids"] for ex in chunk]
-        if tools is None:
-            rollout = generate(model, ids, params, eos_token_id=tokenizer.eos_token_id,
-                               pad_token_id=tokenizer.pad_token_id, generator=generator)
-        else:
-            completions, _ = generate_with_tools(
-                model, ids, EngineSampling(temperature, top_p), max_new_tokens, tools,
-                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                seed=seed * 1_000_003 + lo)
-            rollout = rollout_from_completions(completions, tokenizer.pad_token_id)
+        with compute_context(device, dtype):
+            rollout = _complete(model, tokenizer, ids, params, generator, tools,
+                                seed * 1_000_003 + lo)
+        if tools is not None:
             calls.extend(rollout.tool_calls().tolist())
         chunk_texts = decode_completions(tokenizer, rollout)
         scored = (verifiers.score(chunk_texts, chunk) if verifiers is not None
@@ -235,4 +247,5 @@ def run_eval(cfg: EvalConfig, plan: EvalPlan, progress: bool = True) -> EvalResu
                         prompts=cfg.eval.prompts, samples=cfg.samples, ks=tuple(cfg.ks),
                         max_new_tokens=plan.max_new_tokens, temperature=cfg.eval.temperature,
                         top_p=cfg.top_p, chat_template=plan.chat_template,
-                        system_prompt=plan.system_prompt, tools=tools, progress=progress)
+                        system_prompt=plan.system_prompt, tools=tools, progress=progress,
+                        compute_dtype=cfg.eval.compute_dtype)

@@ -342,7 +342,8 @@ class RLVRRun:
                           prompts=e.prompts, samples=e.samples, ks=(1,),
                           max_new_tokens=self.cfg.rollout.max_new_tokens,
                           temperature=e.temperature, chat_template=self.cfg.model.chat_template,
-                          system_prompt=self.cfg.model.system_prompt, tools=self.tools)
+                          system_prompt=self.cfg.model.system_prompt, tools=self.tools,
+                          compute_dtype=e.compute_dtype)
         out = {"eval/pass@1": result.pass_at[1], "eval/mean_length": result.mean_length}
         if "tools/calls_per_rollout" in result.details:
             out["eval/tool_calls_per_rollout"] = result.details["tools/calls_per_rollout"]
