@@ -55,8 +55,29 @@ def test_question_style_asks_in_words_and_accepts_free_text_answers():
         len(x) for x in ood.prompt[len("What is "):-1].split(" + ")) == 3
 
 
+def test_story_style_tells_the_sum_as_a_word_problem_and_splits_by_the_sentence():
+    task = make_task("arithmetic", style="story", add_digits=1, mul_share=0.0, test_share=0.2)
+    rng = random.Random(0)
+    train = [task.sample("train", rng) for _ in range(300)]
+    test = [task.sample("test", rng) for _ in range(300)]
+    assert not {ex.prompt for ex in train} & {ex.prompt for ex in test}
+    assert len({ex.prompt for ex in test}) > 200  # many distinct held-out sentences
+    example = test[0]
+    a, b = example.meta["terms"]
+    assert f" {a} " in example.prompt and f" {b} " in example.prompt
+    assert example.prompt.endswith("?") and example.answer == a + b and max(a, b) < 10
+    assert task.verify(f"So there are {a + b} in all.", example) == 1.0
+    assert task.verify(f"There are {a} and {b}.", example) == 0.0  # restating is not answering
+    assert task.verify(task.demonstration(example, rng), example) == 1.0
+    ood = task.sample("ood", rng)
+    assert max(ood.meta["terms"]) >= 10  # the ood split tells two-digit sums
+    product = make_task("arithmetic", style="story", mul_share=1.0).sample("train", rng)
+    x, y = product.meta["terms"]
+    assert "bags" in product.prompt and product.answer == x * y
+
+
 def test_an_unknown_style_is_a_one_line_error():
-    with pytest.raises(TaskOptionError, match="style must be one of bare, question"):
+    with pytest.raises(TaskOptionError, match="style must be one of bare, question, story"):
         make_task("arithmetic", style="essay")
 
 
