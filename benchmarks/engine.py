@@ -12,6 +12,13 @@ static sampler runs twice: with its decode steps (`rollout/decoder.py`, the defa
 the model's own forward (`fast_decode=False`), which shows what the decode steps buy.
 `--clock cpu` times each runner by the process's CPU time instead of the wall clock: with one
 thread, a fairer measure on a machine that other jobs share.
+
+`--models` takes the presets `tiny` and `small` (character vocabulary, freshly initialised) and
+NAME=PATH for a local Hugging Face folder with its own tokenizer, e.g. SmolLM2-135M-Instruct
+with its 49,152-token BPE vocabulary (`make smollm` imports it to runs/smollm/base):
+
+    .venv/bin/python benchmarks/engine.py --models smollm2=runs/smollm/base --requests 64 \
+        --threads 2
 """
 
 from __future__ import annotations
@@ -43,7 +50,21 @@ def mixed_length_workload(requests: int = 256, seed: int = 0, median: float = 24
 
 
 def build_model(size: str):
-    """`tiny` is the quickstart's 0.8 M model; `small` a 4.4 M one of the same family."""
+    """(model, tokenizer): `tiny` is the quickstart's 0.8 M model; `small` a 4.4 M one of the
+    same family; NAME=PATH a local Hugging Face folder and its own tokenizer."""
+    if "=" in size:
+        from transformers import AutoModelForCausalLM
+
+        from rlscale.rlvr.model import load_tokenizer
+
+        path = size.split("=", 1)[1]
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                     local_files_only=True)
+        return model.eval(), load_tokenizer(path)
+    return build_char_model(size), build_char_tokenizer()
+
+
+def build_char_model(size: str):
     if size == "tiny":
         model, _ = build_tiny_model("tiny", seed=0, max_positions=512)
         return model.eval()
@@ -136,7 +157,6 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    tokenizer = build_char_tokenizer()
     work = mixed_length_workload(args.requests)
     total = sum(n for _, n in work)
     lengths = [n for _, n in work]
@@ -150,7 +170,7 @@ def main() -> None:
     print("\n| model | runner | tokens/s | slot utilisation | vs HF generate |")
     print("| --- | --- | ---: | ---: | ---: |")
     for size in args.models.split(","):
-        model = build_model(size)
+        model, tokenizer = build_model(size)
         params = sum(p.numel() for p in model.parameters()) / 1e6
         times: dict[str, list[float]] = {k: [] for k in runners}
         util: dict[str, float] = {}
@@ -161,7 +181,7 @@ def main() -> None:
         hf = statistics.median(times["HF generate"])
         for name in runners:
             t = statistics.median(times[name])
-            print(f"| {size} ({params:.1f} M) | {name} | {total / t:,.0f} | "
+            print(f"| {size.split('=')[0]} ({params:.1f} M) | {name} | {total / t:,.0f} | "
                   f"{util[name]:.0%} | {hf / t:.2f}x |")
 
 
