@@ -48,3 +48,30 @@ def build_bpe_model(out: Path, vocab_size: int = 400, seed: int = 0) -> Path:
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     torch.manual_seed(seed)
     return save_model(LlamaForCausalLM(config), tokenizer, out)
+
+
+# The task and config the BPE path tests share (tests/test_bpe_paths.py, test_bpe_runs.py).
+OPTIONS = {"style": "question", "add_digits": 1, "mul_share": 0.0, "test_share": 0.3}
+TASK = {"name": "arithmetic", "options": OPTIONS}
+QUIET = {"tensorboard": False, "progress": False}
+
+
+def rl_config(model_dir: Path, run_dir: Path, **sections):
+    """A short GRPO config on a BPE model through its chat template; `sections` merge into
+    (a dict) or replace (anything else) the config's top-level keys."""
+    from rlscale.config import build_config
+    from rlscale.rlvr.config import RLVRConfig
+
+    cfg = {"model": {"path": str(model_dir), "chat_template": True}, "run_dir": str(run_dir),
+           "task": TASK, "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 10},
+           "train": {"steps": 2, "lr": 1e-3, "compute_dtype": "float32"},
+           "checkpoint": {"every": 0}, **QUIET}
+    for key, value in sections.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    return build_config(RLVRConfig, cfg)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bpe_model import build_bpe_model
+from bpe_model import OPTIONS, QUIET, TASK, build_bpe_model, read_metrics, rl_config
 from rlscale.config import build_config
 from rlscale.rlvr.batch import build_policy_batch
-from rlscale.rlvr.config import RLVRConfig, SFTConfig
+from rlscale.rlvr.config import SFTConfig
 from rlscale.rlvr.distill import build_demonstrations, sft
 from rlscale.rlvr.evaluate import evaluate
 from rlscale.rlvr.loop import RLVRRun, train
@@ -25,9 +25,6 @@ from rlscale.rlvr.tasks import Example, make_task
 
 # One-digit sums asked as questions ("What is 3 + 4?"), answered in a sentence ("3 + 4 = 7"):
 # 29 of the 100 prompts are held out.
-OPTIONS = {"style": "question", "add_digits": 1, "mul_share": 0.0, "test_share": 0.3}
-TASK = {"name": "arithmetic", "options": OPTIONS}
-QUIET = {"tensorboard": False, "progress": False}
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +37,6 @@ def sft_config(model_dir: Path, root: Path, **fields) -> SFTConfig:
         "model": {"path": str(model_dir), "chat_template": True}, "out": str(root / "model"),
         "run_dir": str(root), "task": TASK, "data": {"examples": 2000}, "steps": 3,
         "batch_size": 32, "lr": 1e-2, "warmup_steps": 10, **QUIET, **fields})
-
-
-def rl_config(model_dir: Path, run_dir: Path, **sections) -> RLVRConfig:
-    cfg = {"model": {"path": str(model_dir), "chat_template": True}, "run_dir": str(run_dir),
-           "task": TASK, "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 10},
-           "train": {"steps": 2, "lr": 1e-3, "compute_dtype": "float32"},
-           "checkpoint": {"every": 0}, **QUIET}
-    for key, value in sections.items():
-        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
-    return build_config(RLVRConfig, cfg)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def pass1(model_dir: Path, split: str = "test") -> float:

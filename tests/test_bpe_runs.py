@@ -20,7 +20,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bpe_model import build_bpe_model
+from bpe_model import QUIET, TASK, build_bpe_model, read_metrics
+from bpe_model import rl_config as bpe_rl_config
 from processes import alive, descendants
 from rlscale.config import build_config
 from rlscale.rlvr.config import RLVRConfig, SFTConfig
@@ -29,9 +30,6 @@ from rlscale.rlvr.loop import RLVRRun, train
 from rlscale.rlvr.model import PromptFormatter, load_model
 from rlscale.rlvr.tasks import Example
 
-OPTIONS = {"style": "question", "add_digits": 1, "mul_share": 0.0, "test_share": 0.3}
-TASK = {"name": "arithmetic", "options": OPTIONS}
-QUIET = {"tensorboard": False, "progress": False}
 # Keys whose values depend on the clock or the machine, not on the run's math.
 UNTIMED = ("time/", "throughput/", "memory/")
 
@@ -48,18 +46,10 @@ def taught_dir(tmp_path_factory) -> Path:
         "warmup_steps": 10, **QUIET}))
 
 
-def rl_config(model_dir: Path, run_dir: Path, **sections) -> RLVRConfig:
-    cfg = {"model": {"path": str(model_dir), "chat_template": True}, "run_dir": str(run_dir),
-           "task": TASK, "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 10},
-           "train": {"steps": 3, "lr": 1e-3, "compute_dtype": "float32", "threads": 1},
-           "checkpoint": {"every": 0}, **QUIET}
-    for key, value in sections.items():
-        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
-    return build_config(RLVRConfig, cfg)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def rl_config(model_dir: Path, run_dir: Path, **sections):
+    """bpe_model's config with 3 steps on one thread (the fleet and resume runs)."""
+    train = {"steps": 3, "threads": 1, **sections.pop("train", {})}
+    return bpe_rl_config(model_dir, run_dir, train=train, **sections)
 
 
 def chat_ids(tokenizer) -> torch.Tensor:
