@@ -53,14 +53,10 @@ def build_model(size: str):
     """(model, tokenizer): `tiny` is the quickstart's 0.8 M model; `small` a 4.4 M one of the
     same family; NAME=PATH a local Hugging Face folder and its own tokenizer."""
     if "=" in size:
-        from transformers import AutoModelForCausalLM
+        from rlscale.rlvr.model import load_model
 
-        from rlscale.rlvr.model import load_tokenizer
-
-        path = size.split("=", 1)[1]
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                     local_files_only=True)
-        return model.eval(), load_tokenizer(path)
+        model, tokenizer = load_model(size.split("=", 1)[1])
+        return model.eval(), tokenizer
     return build_char_model(size), build_char_tokenizer()
 
 

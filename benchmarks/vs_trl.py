@@ -170,14 +170,7 @@ def formatter(tokenizer, workload: dict):
 def trl_prompt(example, workload: dict, fmt):
     """The prompt TRL's dataset holds for `example`: with a chat template the messages
     rlscale's PromptFormatter renders (TRL applies the template itself), else its text."""
-    if not workload["chat_template"]:
-        return fmt(example)
-    messages = ([{"role": m.role, "content": m.content} for m in example.messages]
-                if example.messages is not None else [{"role": "user", "content": example.prompt}])
-    system = workload["system_prompt"]
-    if system is not None and messages[0]["role"] != "system":
-        messages.insert(0, {"role": "system", "content": system})
-    return messages
+    return fmt.messages(example) if workload["chat_template"] else fmt(example)
 
 
 def prompt_key(prompt) -> str:

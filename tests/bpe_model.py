@@ -69,9 +69,3 @@ def rl_config(model_dir: Path, run_dir: Path, **sections):
     for key, value in sections.items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     return build_config(RLVRConfig, cfg)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    import json
-
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bpe_model import OPTIONS, QUIET, TASK, build_bpe_model, read_metrics, rl_config
+from bpe_model import OPTIONS, QUIET, TASK, build_bpe_model, rl_config
 from rlscale.config import build_config
 from rlscale.rlvr.batch import build_policy_batch
 from rlscale.rlvr.config import SFTConfig
@@ -22,6 +22,7 @@ from rlscale.rlvr.evaluate import evaluate
 from rlscale.rlvr.loop import RLVRRun, train
 from rlscale.rlvr.model import PromptFormatter, load_model
 from rlscale.rlvr.tasks import Example, make_task
+from rlscale.runtime.metrics import read_metrics
 
 # One-digit sums asked as questions ("What is 3 + 4?"), answered in a sentence ("3 + 4 = 7"):
 # 29 of the 100 prompts are held out.

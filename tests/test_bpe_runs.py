@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bpe_model import QUIET, TASK, build_bpe_model, read_metrics
+from bpe_model import QUIET, TASK, build_bpe_model
 from bpe_model import rl_config as bpe_rl_config
 from processes import alive, descendants
 from rlscale.config import build_config
@@ -29,6 +29,7 @@ from rlscale.rlvr.distill import sft
 from rlscale.rlvr.loop import RLVRRun, train
 from rlscale.rlvr.model import PromptFormatter, load_model
 from rlscale.rlvr.tasks import Example
+from rlscale.runtime.metrics import read_metrics
 
 # Keys whose values depend on the clock or the machine, not on the run's math.
 UNTIMED = ("time/", "throughput/", "memory/")

@@ -204,12 +204,17 @@ class PromptFormatter:
                     "(set it true, with a tokenizer that has a chat template)")
             return example.prompt if self.system_prompt is None \
                 else f"{self.system_prompt}\n{example.prompt}"
+        return self.tokenizer.apply_chat_template(self.messages(example), tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        """The chat messages the template renders: the example's own (or its prompt as one
+        user message), after a system message of `system_prompt` unless they bring one."""
         messages = [{"role": m.role, "content": m.content} for m in example.messages] \
             if example.messages is not None else [{"role": "user", "content": example.prompt}]
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return messages
 
 
 def count_parameters(model) -> int:
