@@ -100,6 +100,9 @@ def test_async_k0_is_on_policy_and_two_factors_are_logged(tmp_path, tiny_model_d
         assert row["behaviour/engine_kl"] > 0
         assert "behaviour/stale_kl" not in row
         assert row["behaviour/stale_token_share"] == 0.0
+    for row in rows[1:]:  # each version timed learner -> a worker serving it (k = 0: one a step)
+        assert 0 < row["time/weight_pack_s"] <= row["time/publish_s"] < 60
+        assert 0 < row["time/weight_load_s"] < row["time/publish_s"]
 
 
 def test_killed_trainer_resumes_and_counts_what_was_in_flight(tmp_path, tiny_model_dir):

@@ -77,10 +77,13 @@ def test_unknown_target_modules_are_a_one_line_error(tiny_model_dir):
     assert "\n" not in str(info.value)
 
 
-def test_lora_with_the_fleets_is_a_config_error(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match="model.lora trains in runtime.mode sync only"):
+def test_lora_with_the_vllm_fleet_is_a_config_error(tiny_model_dir, tmp_path):
+    """The native fleet takes LoRA (adapters sent, merged on the worker); vLLM's is not built."""
+    with pytest.raises(ConfigError, match="model.lora with rollout.engine vllm"):
         load_config(RLVRConfig, None, [f"model.path={tiny_model_dir}", "model.lora.r=4",
-                                       "runtime.mode=async"])
+                                       "runtime.mode=async", "rollout.engine=vllm"])
+    load_config(RLVRConfig, None, [f"model.path={tiny_model_dir}", "model.lora.r=4",
+                                   "runtime.mode=async"])
 
 
 def _config(tiny_model_dir: Path, run_dir: Path, save: str, steps: int) -> RLVRConfig:

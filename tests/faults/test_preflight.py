@@ -80,7 +80,8 @@ def test_non_finite_config_numbers_are_refused(tmp_path, tiny_model_dir, overrid
 
 def test_a_rule_broken_by_the_command_line_names_it(tmp_path, tiny_model_dir):
     cfg = rlvr_config(tmp_path, tiny_model_dir, tmp_path / "run",
-                      model={"path": str(tiny_model_dir), "lora": {"r": 4}})
+                      model={"path": str(tiny_model_dir), "lora": {"r": 4}},
+                      rollout={"engine": "vllm"})
     line = one_line_error(invoke("rlvr", "train", cfg, "runtime.mode=async"), "lora")
     assert "command line" in line and "runtime.mode=async" in line
 

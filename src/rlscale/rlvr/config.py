@@ -32,6 +32,7 @@ from ..config import (
     load_config,
     read_yaml,
 )
+from ..runtime.placement import PlacementConfig
 from .objectives import PRESETS, Objective
 from .tools import ToolsConfig
 
@@ -193,6 +194,11 @@ class TrainConfig(StrictModel):
         True, description="an extra forward after a step: KL(new||old), where the update landed")
     post_update_stats_every: int = Field(
         10, ge=1, description="the post-update statistics on every N-th step (they cost a forward)")
+    learner_processes: int = Field(
+        1, ge=1, description="learner processes (ranks) training one model sharded over them "
+        "(FSDP2: gloo on CPU, NCCL on GPU), started as a Ray placement group of "
+        "placement.learner bundles, or by torchrun (docs/scale.md); each computes its share of "
+        "every minibatch and the math equals one process's")
     reference_kl: bool = Field(
         True, description="with post_update_stats: also KL(pi_old || reference) per token on "
         "the step's samples (kl/reference), even when loss.kl_coef is 0; at kl_coef 0 this keeps "
@@ -253,11 +259,13 @@ class HealthConfig(NonFiniteGuardConfig):
 RESUME_FREE_FIELDS = ("run_dir", "device", "train.steps", "train.threads", "train.compute_dtype",
                       "train.post_update_stats",
                       "train.post_update_stats_every", "train.reference_kl",
+                      "train.learner_processes",
                       "train.micro_batch_size",
                       "train.micro_batch_tokens", "train.pack", "train.gradient_checkpointing",
                       "train.compile",
                       "eval.*", "checkpoint.*", "health.*", "tensorboard", "progress", "logging.*",
-                      "runtime.address", "runtime.connect_timeout_s", "runtime.worker_threads")
+                      "runtime.address", "runtime.connect_timeout_s", "runtime.worker_threads",
+                      "placement.*")
 
 
 class RuntimeConfig(StrictModel):
@@ -293,7 +301,8 @@ FLEET_ONLY_FIELDS = {"rollout": ("engine", "dtype", "slots", "recompute_cache_on
                                  "vllm_enforce_eager"),
                      "runtime": ("inference_workers", "max_staleness", "address",
                                  "connect_timeout_s", "worker_threads", "call_budget_s",
-                                 "max_worker_restarts")}
+                                 "max_worker_restarts"),
+                     "placement": ("inference",)}
 
 
 class RLVRConfig(StrictModel):
@@ -310,6 +319,9 @@ class RLVRConfig(StrictModel):
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    placement: PlacementConfig = Field(
+        PlacementConfig(), description="what each learner process and inference "
+        "worker asks Ray for (CPUs, GPUs, vLLM's tensor parallel size and memory share)")
     health: HealthConfig = Field(default_factory=HealthConfig)
     tensorboard: bool = True
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
@@ -317,9 +329,28 @@ class RLVRConfig(StrictModel):
 
     @model_validator(mode="after")
     def _lora_in_the_sync_loop(self) -> RLVRConfig:
-        if self.model.lora is not None and self.runtime.mode != "sync":
-            raise ValueError("model.lora trains in runtime.mode sync only (the fleets publish "
-                             "whole weights to their inference workers)")
+        """The fleets send LoRA adapters only and the native engine merges them
+        (runtime/weight_sync.py); vLLM's adapter path is not built."""
+        if (self.model.lora is not None and self.runtime.mode != "sync"
+                and self.rollout.engine == "vllm"):
+            raise ValueError("model.lora with rollout.engine vllm is not built (the fleets "
+                             "send LoRA adapters to the native engine only): use "
+                             "rollout.engine native or runtime.mode sync")
+        return self
+
+    @model_validator(mode="after")
+    def _what_a_learner_group_trains(self) -> RLVRConfig:
+        """What the sharded learner (train.learner_processes > 1) is not built for, by name."""
+        if self.train.learner_processes == 1:
+            return self
+        unbuilt = [name for name, asked in (
+            ("model.lora", self.model.lora is not None),
+            ("train.compile", self.train.compile),
+            ("a teacher (objective opd / loss.teacher_weight)", self.teacher is not None))
+            if asked]
+        if unbuilt:
+            raise ValueError(f"train.learner_processes > 1 with {', '.join(unbuilt)} is not "
+                             "built; use train.learner_processes: 1")
         return self
 
     @model_validator(mode="after")

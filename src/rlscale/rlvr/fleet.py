@@ -35,8 +35,24 @@ from typing import Any
 
 import torch
 
+from ..config import ConfigError
 from ..runtime.fleet import ActorDied, import_ray
 from ..runtime.orchestrator import Orchestrator
+from ..runtime.placement import (
+    InferenceResources,
+    actor_options,
+    create_placement_group,
+    ray_bundles,
+    release_placement_group,
+    worker_device,
+)
+from ..runtime.weight_sync import (
+    LoraMerger,
+    WeightLoad,
+    WeightPacker,
+    WeightPacket,
+    unpack_weights,
+)
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
@@ -63,6 +79,9 @@ class WorkerSpec:
     seed: int
     vllm_eager: bool = True  # engine vllm: skip torch.compile (RLVRConfig.vllm_eager)
     tools: ToolsConfig | None = None  # rollout.tools, when it lists any
+    # placement.inference: the worker's GPUs (its engine runs on them when it has any) and
+    # vLLM's tensor parallel size and memory share.
+    resources: InferenceResources = field(default_factory=InferenceResources)
 
 
 @dataclass
@@ -72,6 +91,7 @@ class WorkerReport:
     busy_s: float           # time spent decoding in this call
     row_steps: int          # decode steps x rows holding a request
     slot_steps: int         # decode steps x slots
+    loaded: WeightLoad | None = None  # the version this call loaded: how long, when done
 
 
 def build_engine(spec: WorkerSpec):
@@ -81,14 +101,19 @@ def build_engine(spec: WorkerSpec):
 
         tools = (RunnerToolTurns.from_config(spec.tools, load_tokenizer(spec.model_path))
                  if spec.tools else None)
+        gpu = spec.resources.gpus > 0  # on the CPU vLLM sizes its cache by its own setting
         return VLLMEngine(spec.model_path, spec.sampling, max_slots=spec.slots, seed=spec.seed,
                           version=-1, dtype=spec.dtype,
                           recompute_cache_on_update=spec.recompute_cache_on_update,
-                          engine_kwargs={"enforce_eager": spec.vllm_eager}, tools=tools)
+                          engine_kwargs={"enforce_eager": spec.vllm_eager}, tools=tools,
+                          tensor_parallel_size=spec.resources.tensor_parallel_size,
+                          gpu_memory_utilization=(spec.resources.gpu_memory_utilization
+                                                  if gpu else None))
     from .model import load_model
     from .rollout.engine import ContinuousBatchingEngine
 
     model, tokenizer = load_model(spec.model_path, spec.dtype)
+    model = model.to(worker_device(spec.resources))  # the engine decodes where its model is
     tools = RunnerToolTurns.from_config(spec.tools, tokenizer) if spec.tools else None
     return ContinuousBatchingEngine(
         model, spec.sampling, slots=spec.slots, eos_token_id=tokenizer.eos_token_id,
@@ -106,14 +131,16 @@ class InferenceWorker:
         torch.set_num_threads(spec.threads)
         self.engine = build_engine(spec)
         self.outstanding = 0  # counted here, so any engine behind the protocol will do
+        self._lora: LoraMerger | None = None  # the base weights LoRA adapters merge into
 
     def pid(self) -> int:
         return os.getpid()
 
     def advance(self, requests: list[GenerationRequest], weights, version: int,
                 budget_s: float) -> WorkerReport:
-        if weights is not None:  # Ray resolved the published object for us: the pull
-            self.engine.load_weights(weights, version)
+        # Ray resolved the published object for us (the pull): a packet mapped from the
+        # node's shared memory, or a state dict.
+        loaded = self.load_weights(weights, version) if weights is not None else None
         for request in requests:
             self.engine.add_request(request)
         self.outstanding += len(requests)
@@ -125,7 +152,30 @@ class InferenceWorker:
         after = self._utilisation()
         self.outstanding -= len(done)
         return WorkerReport(done, self.outstanding, time.perf_counter() - start,
-                            after[0] - before[0], after[1] - before[1])
+                            after[0] - before[0], after[1] - before[1], loaded)
+
+    def load_weights(self, weights: WeightPacket | dict[str, Any], version: int) -> WeightLoad:
+        """Serve new weights: a packet as it is (the engine maps or copies it), LoRA adapters
+        merged into the base weights first; when it was done is when serving began."""
+        start = time.perf_counter()
+        if isinstance(weights, WeightPacket):
+            version = weights.version  # the packet says which policy it is
+            if weights.lora_scale is not None:
+                weights = self._merged(unpack_weights(weights), weights.lora_scale)
+        self.engine.load_weights(weights, version)
+        return WeightLoad(version, time.perf_counter() - start, time.time())
+
+    def _merged(self, adapters: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+        """W0 + scale B A for each adapted layer. Merged here rather than loaded as a peft
+        adapter: decode and prefill then run on plain weights (the fused decoder, no
+        per-layer adapter matmuls), at the cost of one kept copy of the adapted W0."""
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            raise RuntimeError("LoRA adapters reach the native engine only (rollout.engine "
+                               "native); vLLM's adapter path is not built")
+        if self._lora is None:
+            self._lora = LoraMerger()
+        return self._lora.merged(dict(model.named_parameters()), adapters, scale)
 
     def _utilisation(self) -> tuple[int, int]:
         stats = getattr(self.engine, "stats", None)
@@ -224,9 +274,12 @@ class FleetRollouts(Orchestrator[_Ready]):
     def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
                  start_version: int, dynamic_sampling: bool,
                  resumed: FleetResume | None = None) -> None:
+        lora = cfg.model.lora
         super().__init__(name="rollout fleet", size=cfg.runtime.inference_workers,
                          max_restarts=cfg.runtime.max_worker_restarts,
-                         order=lambda ready: ready.group_id, cleanup_method="close")
+                         order=lambda ready: ready.group_id, cleanup_method="close",
+                         packer=WeightPacker(cfg.rollout.dtype, lora_scale=(
+                             lora.alpha / lora.r if lora is not None else None)))
         self.cfg, self.task, self.tokenizer, self.pool = cfg, task, tokenizer, pool
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
         self.group_size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
@@ -242,15 +295,33 @@ class FleetRollouts(Orchestrator[_Ready]):
         self._row_steps = self._slot_steps = self._tokens = 0
         self._window_start = time.perf_counter()
         self._workers = [_WorkerState() for _ in range(self.size)]
+        self._placement_group = None  # the workers' GPUs, reserved at the first worker
 
     def _make_worker(self, index: int):
-        r, rt = self.cfg.rollout, self.cfg.runtime
+        """Worker `index` in bundle `index` of the fleet's placement group (made once, when
+        the workers ask for GPUs; a restarted worker takes its predecessor's bundle). CPU-only
+        workers are plain actors: a group would only add a start-up wait."""
+        r, rt, placement = self.cfg.rollout, self.cfg.runtime, self.cfg.placement
+        resources = placement.inference
+        if resources.tensor_parallel_size > 1 and r.engine != "vllm":
+            raise ConfigError("placement.inference.tensor_parallel_size > 1 needs "
+                              "rollout.engine=vllm (the native engine runs on one device)")
         spec = WorkerSpec(
             self.cfg.model.path, r.dtype, r.engine, EngineSampling(r.temperature, r.top_p),
             r.slots, rt.worker_threads, r.recompute_cache_on_update,
             step_seed(self.cfg.train.seed, index, f"worker:{self.accounting.worker_restarts}")
-            % 2**31, self.cfg.vllm_eager(), r.tools if r.tools.tools else None)
-        return import_ray().remote(num_cpus=1)(InferenceWorker).remote(spec)
+            % 2**31, self.cfg.vllm_eager(), r.tools if r.tools.tools else None, resources)
+        if resources.gpus > 0 and self._placement_group is None:
+            self._placement_group = create_placement_group(
+                ray_bundles(resources, self.size), placement.strategy,
+                f"rlscale-inference-{os.getpid()}-{id(self):x}", placement.timeout_s)
+        options = actor_options(resources, self._placement_group,
+                                index if self._placement_group is not None else None)
+        return import_ray().remote(**options)(InferenceWorker).remote(spec)
+
+    def _closed(self) -> None:
+        release_placement_group(self._placement_group)
+        self._placement_group = None
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed run needs: where group ids go on, and the accounting so far."""
@@ -298,6 +369,7 @@ class FleetRollouts(Orchestrator[_Ready]):
             "staleness/dropped_group_share": acc.dropped_stale / max(
                 acc.trained + acc.dropped_stale, 1),
             "sampling/dropped_group_share": acc.dropped_uniform / max(acc.admitted, 1),
+            **self.sync_clock.window(),  # time/publish_s: learner -> a worker serving
         }
         self._busy_s, self._row_steps, self._slot_steps, self._tokens = 0.0, 0, 0, 0
         self._window_start = time.perf_counter()
@@ -362,6 +434,8 @@ class FleetRollouts(Orchestrator[_Ready]):
             self._row_steps += report.row_steps
             self._slot_steps += report.slot_steps
             self._tokens += sum(len(c) for c in report.completions)
+            if report.loaded is not None:
+                self.sync_clock.on_load(report.loaded)
         for completion in report.completions:
             group_id, row = divmod(completion.request_id, self.group_size)
             group = self._groups.get(group_id)

@@ -3,7 +3,8 @@
 Knows nothing of language models or games. A fleet is N actors of one class, each with at
 most one call in flight; it restarts an actor that dies and hands back the work items the
 dead actor held, so the caller can re-issue them (nothing lost, nothing done twice). Weights
-flow through a `RayWeightPublisher`: one `ray.put` per version, actors pull the newest.
+flow through a `RayWeightPublisher`: one `ray.put` per version (packed by
+runtime/weight_sync.py where the fleet asks), actors pull the newest.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .versions import cpu_snapshot
+from .weight_sync import WeightPacker
 
 
 class FleetError(RuntimeError):
@@ -134,16 +136,33 @@ def _stop_reaper(reaper: subprocess.Popen | None) -> None:
 class RayWeightPublisher:
     """The fleet's `WeightPublisher` (runtime/versions.py): the newest weights as one Ray
     object per version (older ones are freed by Ray once no actor holds them); `latest`
-    hands back the object's ref, which a worker's next call resolves."""
+    hands back the object's ref, which a worker's next call resolves.
 
-    def __init__(self) -> None:
+    With a `packer` (the RLVR fleet's) a version goes out as one `WeightPacket`
+    (runtime/weight_sync.py: the engine's dtype, in buckets, ties once, LoRA adapters only),
+    which every worker on the node maps from the same shared memory; without one (the
+    self-play nets, small) as a CPU copy of the state dict."""
+
+    def __init__(self, packer: WeightPacker | None = None) -> None:
         self.version = -1
         self.ref = None
+        self.packer = packer
 
-    def publish(self, state_dict: dict[str, Any], version: int) -> None:
+    def put(self, state_dict: dict[str, Any], version: int) -> Any:
+        """The version in the object store (its ref), not yet the newest: the learner packs
+        and copies without holding up the readers of `latest`."""
         ray = import_ray()
         # Plain CPU tensors: a GPU trainer's weights reach CPU or GPU workers alike.
-        self.ref, self.version = ray.put(cpu_snapshot(state_dict)), version
+        payload = (cpu_snapshot(state_dict) if self.packer is None
+                   else self.packer.pack(state_dict, version))
+        return ray.put(payload)
+
+    def swap(self, ref: Any, version: int) -> None:
+        """`ref` (from `put`) is the newest from now on."""
+        self.ref, self.version = ref, version
+
+    def publish(self, state_dict: dict[str, Any], version: int) -> None:
+        self.swap(self.put(state_dict, version), version)
 
     def latest(self) -> tuple[int, Any]:
         return self.version, self.ref

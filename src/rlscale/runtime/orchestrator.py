@@ -4,7 +4,8 @@ fleet of Ray actors busy and hands their finished work to the learner.
 Knows nothing of language models or games. What it owns, once for both loops:
 - the `ActorFleet` (one call in flight per actor; a dead actor restarted, the work it held
   handed back to `_on_death`);
-- the `RayWeightPublisher` (the learner's `publish`; `latest` for the dispatcher);
+- the `RayWeightPublisher` (the learner's `publish`; `latest` for the dispatcher), with
+  the `SyncClock` that times each version from the learner's call to a worker serving it;
 - the thread: prepare work, dispatch a call to every idle actor, collect what came back,
   and sleep on the lock when there is nothing to do;
 - the `VersionedQueue` of finished work, sharing the orchestrator's lock, so what a
@@ -22,12 +23,14 @@ actor is (`_make_worker`), what one call asks of it (`_dispatch`), what to do wi
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from .fleet import ActorDied, ActorFleet, FleetError, RayWeightPublisher, import_ray
 from .versions import QueueClosed, VersionedQueue
+from .weight_sync import SyncClock, WeightPacker
 
 T = TypeVar("T")  # one unit of finished work, as the learner takes it
 
@@ -37,12 +40,15 @@ class Orchestrator(ABC, Generic[T]):
 
     def __init__(self, *, name: str, size: int, max_restarts: int,
                  order: Callable[[T], Any] | None = None,
-                 cleanup_method: str | None = None) -> None:
+                 cleanup_method: str | None = None, packer: WeightPacker | None = None) -> None:
         self.name = name  # "rollout fleet", "self-play fleet": for errors and the thread
         self.size, self.max_restarts, self.cleanup_method = size, max_restarts, cleanup_method
         self._cv = threading.Condition()  # re-entrant: the queue waits on it too
         self.queue: VersionedQueue[T] = VersionedQueue(order=order, lock=self._cv)
-        self._publisher = RayWeightPublisher()
+        self._publisher = RayWeightPublisher(packer)  # packer: runtime/weight_sync.py
+        # When each version was published and first served (a specialisation hands its
+        # workers' `WeightLoad`s to `sync_clock.on_load`, and logs `sync_clock.window()`).
+        self.sync_clock = SyncClock()
         self._stop = threading.Event()
         self._fleet: ActorFleet | None = None
         self._thread: threading.Thread | None = None
@@ -75,12 +81,16 @@ class Orchestrator(ABC, Generic[T]):
     def _started(self) -> None:
         """Every actor answers: the thread starts next (reset the measuring window)."""
 
+    def _closed(self) -> None:
+        """Every actor is gone: release what was reserved for them (a placement group)."""
+
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, state_dict: dict[str, Any], version: int) -> None:
         """Publish the first weights, build every actor (fail here, not later: one that dies
         meanwhile is restarted) and start the thread."""
         import_ray()
         self.publish(state_dict, version)
+        self.sync_clock.forget(version)  # its way to the workers is their start-up
         self._fleet = ActorFleet(self._make_worker, self.size, max_restarts=self.max_restarts)
         self._fleet.call_all("pid", timeout=300, on_death=self._on_death)
         self._started()
@@ -94,15 +104,20 @@ class Orchestrator(ABC, Generic[T]):
             self._thread.join(timeout=60)
         if self._fleet is not None:
             self._fleet.shutdown(self.cleanup_method)
+        self._closed()
 
     def worker_pids(self) -> list[int]:
         return self._fleet.call_all("pid") if self._fleet else []
 
     # -- the learner's side (a `WeightPublisher`) -------------------------------------------
     def publish(self, state_dict: dict[str, Any], version: int) -> None:
-        """The learner's new weights, for every actor's next call (one `ray.put`)."""
+        """The learner's new weights, for every actor's next call (one `ray.put`). Packed
+        and put without the lock: the thread goes on dispatching the old version meanwhile."""
+        called_at, start = time.time(), time.perf_counter()
+        ref = self._publisher.put(state_dict, version)
         with self._cv:
-            self._publisher.publish(state_dict, version)
+            self._publisher.swap(ref, version)
+            self.sync_clock.on_publish(version, called_at, time.perf_counter() - start)
             self._cv.notify_all()
 
     def latest(self) -> tuple[int, Any]:

@@ -21,16 +21,27 @@ T = TypeVar("T")
 
 def cpu_snapshot(state_dict: dict[str, Any]) -> dict[str, Any]:
     """A copy of `state_dict` with its tensors on the CPU: what a store holds, so weights a
-    GPU learner publishes load into a network on any device (`load_state_dict` copies them)."""
-    return {k: v.detach().to("cpu", copy=True) if hasattr(v, "detach") else copy.deepcopy(v)
-            for k, v in state_dict.items()}
+    GPU learner publishes load into a network on any device (`load_state_dict` copies them).
+    Tensors that share memory (a tied embedding) are copied once and stay shared."""
+    copies: dict[tuple, Any] = {}
+    out = {}
+    for name, value in state_dict.items():
+        if not hasattr(value, "detach"):
+            out[name] = copy.deepcopy(value)
+            continue
+        key = (value.device, value.data_ptr(), tuple(value.shape), value.stride(), value.dtype)
+        if key not in copies:
+            copies[key] = value.detach().to("cpu", copy=True)
+        out[name] = copies[key]
+    return out
 
 
 class WeightPublisher(Protocol):
     """Where a learner puts its weights and its actors find the newest: the one protocol of
     both loops. `publish` takes the caller's version (the learner counts versions, never
     the store); `latest` hands back (version, handle): a state dict in-process
-    (`WeightStore`), one Ray object per version on a fleet (runtime.fleet.RayWeightPublisher)."""
+    (`WeightStore`), one Ray object per version on a fleet (runtime.fleet.RayWeightPublisher:
+    a packed `weight_sync.WeightPacket` where the fleet gives it a packer)."""
 
     def publish(self, state_dict: dict[str, Any], version: int) -> None: ...
 

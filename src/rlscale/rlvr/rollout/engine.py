@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from ...runtime.weight_sync import WeightPacket, unpack_weights
 from .kv_cache import KVCache
 from .sampler import _compute_dtype, cached_forward, sample_next, step_function
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
@@ -105,6 +106,7 @@ class ContinuousBatchingEngine:
         self.positions: torch.Tensor | None = None  # [rows] position of the next fed token
         self.cache_dtype, self._decode = step_function(self.model)
         self.stats = EngineStats()
+        self._mapped: set[int] = set()  # ids of weights that are views of a shared packet
 
     # -- the interface -------------------------------------------------------------------
     def add_request(self, request: GenerationRequest) -> None:
@@ -130,8 +132,28 @@ class ContinuousBatchingEngine:
         return ids
 
     @torch.no_grad()
-    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
-        self.model.load_state_dict(state_dict)
+    def load_weights(self, state_dict: dict[str, Any] | WeightPacket, version: int) -> None:
+        """New weights into the model's own tensors (no new state dict), then fused again. A
+        packet read-only in Ray's object store is mapped, not copied: each CPU tensor of the
+        engine's dtype becomes a view of the node's one shared copy (nothing writes to an
+        engine's weights; the next version re-points them and the old copy is freed once no
+        worker maps it). Anything else is copied in, cast where dtypes differ. A partial
+        dict (LoRA's merged layers) updates those tensors only; a tied weight goes once."""
+        mapped = isinstance(state_dict, WeightPacket) and state_dict.read_only
+        if isinstance(state_dict, WeightPacket):
+            state_dict = unpack_weights(state_dict)
+        targets = self.model.state_dict(keep_vars=True)
+        loaded: set[int] = set()
+        for name, tensor in state_dict.items():
+            target = targets.get(name)
+            if target is None:
+                raise KeyError(f"load_weights: the engine's model has no tensor '{name}'")
+            if target.shape != tensor.shape:
+                raise ValueError(f"load_weights: '{name}' is {tuple(tensor.shape)}, the "
+                                 f"engine's is {tuple(target.shape)}")
+            if id(target) not in loaded:
+                loaded.add(id(target))
+                self._load_tensor(target, tensor, mapped)
         self.cache_dtype, self._decode = step_function(self.model)  # fuse the new weights
         self.version = version
         if self.recompute_cache_on_update:
@@ -139,6 +161,18 @@ class ContinuousBatchingEngine:
                 row.saved = None
             if self.num_running:
                 self._rebuild_cache()
+
+    def _load_tensor(self, target: torch.Tensor, tensor: torch.Tensor, mapped: bool) -> None:
+        """Map `tensor` (shared, read-only) or copy it into `target`; never write into a
+        tensor still mapped from an older packet (other workers may read it)."""
+        if mapped and target.device.type == "cpu" and target.dtype == tensor.dtype:
+            target.data = tensor
+            self._mapped.add(id(target))
+        elif id(target) in self._mapped:
+            target.data = tensor.to(target.device, target.dtype, copy=True)
+            self._mapped.discard(id(target))
+        else:
+            target.copy_(tensor)
 
     @torch.no_grad()
     def step(self) -> list[Completion]:

@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...runtime.weight_sync import WeightPacket, unpack_weights
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 # In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
@@ -135,14 +136,16 @@ class VLLMEngine:
 
     `max_slots` is vLLM's `max_num_seqs`. `engine_kwargs` go to `vllm.EngineArgs` as they
     are (e.g. `enforce_eager=True` skips torch.compile: ~40 s less start-up on this CPU, at
-    some cost per step).
+    some cost per step). `tensor_parallel_size` and `gpu_memory_utilization` are the worker's
+    placement (runtime/placement.py); None keeps vLLM's memory share.
     """
 
     def __init__(self, model_path: str | Path, sampling: EngineSampling, *, max_slots: int,
                  seed: int, version: int = 0, dtype: str = "float32",
                  max_model_len: int | None = None, recompute_cache_on_update: bool = True,
                  engine_kwargs: dict[str, Any] | None = None,
-                 tools: ToolTurns | None = None) -> None:
+                 tools: ToolTurns | None = None, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float | None = None) -> None:
         vllm = _import_vllm()
         from vllm.sampling_params import RequestOutputKind
 
@@ -157,7 +160,15 @@ class VLLMEngine:
         args = dict(model=str(model_path), dtype=dtype, seed=seed, max_num_seqs=max_slots,
                     max_model_len=max_model_len, logprobs_mode="processed_logprobs",
                     async_scheduling=False, worker_extension_cls=_EXTENSION,
-                    disable_log_stats=True, enable_prefix_caching=recompute_cache_on_update)
+                    disable_log_stats=True, enable_prefix_caching=recompute_cache_on_update,
+                    tensor_parallel_size=tensor_parallel_size)
+        if gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel_size > 1:
+            # Inside a Ray placement group vLLM would start its shards as Ray actors in that
+            # group, which has no room left; as local processes they inherit the worker's
+            # CUDA_VISIBLE_DEVICES, i.e. exactly the GPUs of its bundle.
+            args["distributed_executor_backend"] = "mp"
         args.update(engine_kwargs or {})
         self.recompute_cache_on_update = recompute_cache_on_update
         self._engine = vllm.LLMEngine.from_engine_args(vllm.EngineArgs(**args))
@@ -237,9 +248,11 @@ class VLLMEngine:
                 self._submit(f"{request_id}.{progress.tool_calls}", progress)
         return finished
 
-    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+    def load_weights(self, state_dict: dict[str, Any] | WeightPacket, version: int) -> None:
         from safetensors.torch import save_file
 
+        if isinstance(state_dict, WeightPacket):  # the fleet's: views into shared memory
+            state_dict = unpack_weights(state_dict)
         if self._staging is None:
             shm = Path("/dev/shm")
             self._staging = Path(tempfile.mkdtemp(
