@@ -95,11 +95,15 @@ def train_command(
 ) -> None:
     """Train with a GRPO-family objective; every config key: docs/config.md."""
     from ..rlvr.config import RLVRConfig, load_command_config
+    from ..rlvr.learner_group import follow, torchrun_rank
     from ..rlvr.loop import RLVRRun
     from ..runtime.trackers import check_trackers
 
     def go():
         cfg = load_command_config(RLVRConfig, config, overrides or [])
+        if torchrun_rank() > 0:  # a learner rank of a torchrun launch: rank 0 runs the loop
+            follow()
+            return
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
         try:
             path = RLVRRun(cfg, resume=resume, overwrite=overwrite,

@@ -119,11 +119,12 @@ class MicroBatch:
 
 
 def minibatch_parts(batch: PolicyBatch, index: torch.Tensor, chunks: list[torch.Tensor],
-                    top_entropy: torch.Tensor | None) -> list[MicroBatch]:
-    """The micro-batches `chunks` (consecutive pieces of `index`) of the minibatch `index`;
+                    top_entropy: torch.Tensor | None, offset: int = 0) -> list[MicroBatch]:
+    """The micro-batches `chunks` (consecutive pieces of `index` from position `offset`: a
+    learner rank's share) of the minibatch `index`, each with the whole minibatch's counts;
     `top_entropy` is its loss mask in `index` order (None: the completion mask)."""
     num_tokens = float(batch.mask[index].sum())
-    parts, offset = [], 0
+    parts = []
     for rows in chunks:
         micro = batch.select(rows)
         mask = micro.mask if top_entropy is None else top_entropy[offset: offset + len(rows)]

@@ -24,7 +24,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return picked - logits.logsumexp(-1)
 
 
-def _plain_output_layer(model) -> bool:
+def plain_output_layer(model) -> bool:
     """Whether the model's logits are just its output embedding of the last hidden state
     (Llama, Qwen2, Mistral, GPT-2, ...), so the projection can run on chosen positions. Models
     that scale or soft-cap their logits take the full forward instead."""
@@ -42,7 +42,9 @@ def layout_logits(model, layout: Layout, decoder=None) -> torch.Tensor:
     inputs = dict(input_ids=layout.input_ids, attention_mask=layout.attention_mask,
                   position_ids=layout.position_ids, use_cache=False)
     with training_attention(model):
-        if _plain_output_layer(model):
+        if hasattr(model, "completion_logits"):  # a sharded policy (sharding.CompletionLogits)
+            return model.completion_logits(layout.logit_index, inputs)
+        if plain_output_layer(model):
             run = model.get_decoder() if decoder is None else decoder
             hidden = run(**inputs).last_hidden_state
             return model.get_output_embeddings()(hidden[layout.logit_index])
@@ -72,9 +74,10 @@ def completion_logprobs(model, batch, temperature: float = 1.0, with_entropy: bo
     if temperature != 1.0:
         logits = logits / temperature
     targets = batch.completion_ids[layout.token_index]
-    logp = torch.zeros(batch.completion_ids.shape, dtype=torch.float32,
+    picked = token_logprobs(logits, targets)  # float32, or float64 for a float64 model
+    logp = torch.zeros(batch.completion_ids.shape, dtype=picked.dtype,
                        device=batch.completion_ids.device)
-    logp = logp.index_put(layout.token_index, token_logprobs(logits, targets))
+    logp = logp.index_put(layout.token_index, picked)
     entropy = None
     if with_entropy:
         with torch.no_grad():

@@ -8,7 +8,9 @@ rollout exactly on-policy), in async / inflight mode the fleet of inference work
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import math
 import os
 import shutil
 import sys
@@ -30,7 +32,6 @@ from ..runtime.device import (
 )
 from ..runtime.fleet import check_reachable, import_ray, ray_session
 from ..runtime.health import (
-    StepUndo,
     ZeroRewardWatch,
     all_zero_reward,
     non_finite_keys,
@@ -46,6 +47,7 @@ from .batch import build_policy_batch
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
+from .learner_group import LearnerGroup, LocalLearner, learner_spec, start_learner_group
 from .model import (
     enable_activation_checkpointing,
     load_model,
@@ -161,7 +163,8 @@ class RLVRRun:
             self.model = lora.apply_lora(self.model, cfg.model.lora, cfg.train.seed)
         self.reference = None  # with LoRA: the base model, by disabling the adapters
         wants_reference = self.objective.kl_coef > 0 or (t.post_update_stats and t.reference_kl)
-        if wants_reference and cfg.model.lora is None:
+        self.sharded = t.learner_processes > 1  # the ranks hold the learner (and reference)
+        if wants_reference and cfg.model.lora is None and not self.sharded:
             self.reference, _ = load_model(cfg.model.path, cfg.model.dtype)
             self.reference.to(self.device).eval().requires_grad_(False)
         # On-policy distillation's teacher scores the student's samples (checked: same tokenizer).
@@ -171,6 +174,12 @@ class RLVRRun:
         self.trainer = PolicyTrainer(self.model, self.reference, StepLoss(self.objective),
                                      cfg.train, temperature=cfg.rollout.temperature,
                                      compute_dtype=self.compute_dtype)
+        # The learner: this trainer, or (train.learner_processes > 1) the group of ranks
+        # started in train(), where a checkpoint's learner state waits for it.
+        self.learner: LocalLearner | LearnerGroup = LocalLearner(self.trainer)
+        self.learner_spec = learner_spec(cfg, self.objective, self.compute_dtype, self.device,
+                                         with_reference=wants_reference)
+        self.pending_learner_state: tuple[Path, dict[str, Any]] | None = None
         # Verifiers never run in the trainer's process (a hang or a crash must not stop it).
         self.pool = VerifierPool.from_config(self.task, cfg.task)
         # Where batches come from: the sampler on this model, or the fleet (set in train()).
@@ -191,7 +200,6 @@ class RLVRRun:
         self.start_step = 0
         # What the run skeleton (runtime/run.py) drives: the guard's undo, and this session's
         # reward per step, warnings and zero-reward run (for the summary).
-        self.undo = StepUndo(self.model, self.trainer.optimizer, self.trainer.scheduler)
         self.rewards: list[float] = []
         self.warned: set[str] = set()
         self.zero_reward = ZeroRewardWatch(cfg.health.zero_reward_steps)
@@ -228,33 +236,21 @@ class RLVRRun:
         else:
             model, _ = load_model(path, self.cfg.model.dtype)
             self.model.load_state_dict(model.state_dict())
-        self.trainer.optimizer.load_state_dict(state["optimizer"])
-        self.trainer.scheduler.load_state_dict(state["scheduler"])
-        self._config_lr_wins()
-        self.trainer.version = state["version"]
+        if self.sharded:  # loaded when the group has started (train())
+            self.pending_learner_state = (path, state)
+            self.trainer.version = state["version"]
+        else:
+            self.learner.load(path, state, self.cfg.train.lr, self.cfg.train.weight_decay)
         self.step = state["step"]
         self.last_eval = state.get("last_eval", {})
         self.saved_fleet = state.get("fleet")
         ckpt.set_rng_state(state["rng"])
 
-    def _config_lr_wins(self) -> None:
-        """The optimiser state carries the old run's lr; a resume with a (recorded) lr change
-        must train with the new one, on the same schedule position."""
-        t, sched = self.cfg.train, self.trainer.scheduler
-        sched.base_lrs = [t.lr] * len(sched.base_lrs)
-        for group, schedule in zip(self.trainer.optimizer.param_groups, sched.lr_lambdas,
-                                   strict=True):
-            group.update(initial_lr=t.lr, lr=t.lr * schedule(sched.last_epoch),
-                         weight_decay=t.weight_decay)
-        sched._last_lr = [g["lr"] for g in self.trainer.optimizer.param_groups]
-
     def save_checkpoint(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.step)
         with ckpt.atomic_dir(path) as tmp:
             lora.save_weights(self.model, self.tokenizer, tmp)
-            torch.save({"optimizer": self.trainer.optimizer.state_dict(),
-                        "scheduler": self.trainer.scheduler.state_dict(),
-                        "version": self.trainer.version, "step": self.step,
+            torch.save({**self.learner.save(tmp), "step": self.step,
                         "last_eval": self.last_eval, "rng": ckpt.rng_state(),
                         "fleet": self.rollouts.checkpoint_state()},
                        tmp / "trainer_state.pt")
@@ -265,7 +261,7 @@ class RLVRRun:
     def train_step(self) -> StepRecord:
         cfg, size = self.cfg, self.cfg.rollout.group_size
         t0 = time.perf_counter()
-        group, metrics = self.rollouts.next_batch(self.step, self.trainer.version)
+        group, metrics = self.rollouts.next_batch(self.step, self.learner.version)
         t_collect = time.perf_counter() - t0
         rewards, length_stats = shaped_rewards(group, self.objective, cfg)
         advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, size)
@@ -275,16 +271,15 @@ class RLVRRun:
                                    r.policy_version, r.versions(), r.tool_mask)
         self._score_teacher(batch, metrics)
         token_versions = r.versions()[r.sampled_mask() > 0]
-        token_lags = self.trainer.version - token_versions
-        lag_stats = staleness(self.trainer.version, token_versions.tolist())
-        generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, self.step, "shuffle"))
+        token_lags = self.learner.version - token_versions
+        lag_stats = staleness(self.learner.version, token_versions.tolist())
         t1 = time.perf_counter()
-        update = self.trainer.step(batch, generator)
+        update = self.learner.step(batch, step_seed(cfg.train.seed, self.step, "shuffle"))
         metrics.update(update.metrics)
         metrics["time/update_s"] = time.perf_counter() - t1
         if cfg.train.post_update_stats and (self.step + 1) % cfg.train.post_update_stats_every == 0:
             t2 = time.perf_counter()
-            metrics.update(self.trainer.update_stats(batch, update))
+            metrics.update(self.learner.update_stats(batch, update))
             metrics["time/post_update_stats_s"] = time.perf_counter() - t2
         t_train = time.perf_counter() - t1
         metrics.update(peak_memory_gib(self.device))
@@ -359,24 +354,38 @@ class RLVRRun:
 
     def train(self) -> Path:
         try:
-            if self.cfg.runtime.mode == "sync":
-                return self._train()
-            with fleet_session(self.cfg):
-                self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
-                                           start_version=self.trainer.version,
-                                           resumed=self.fleet_resume,
-                                           dynamic_sampling=self.objective.dynamic_sampling)
-                self.rollouts = self.fleet
+            if not self.sharded:
+                return self._train_with_rollouts()
+            with learner_session(self.cfg):
+                self.learner = start_learner_group(self.cfg, self.model, self.learner_spec)
                 try:
-                    self.fleet.start(self.model.state_dict(), self.trainer.version)
-                    return self._train()
+                    if self.pending_learner_state is not None:
+                        path, state = self.pending_learner_state
+                        self.learner.load(path, state, self.cfg.train.lr,
+                                          self.cfg.train.weight_decay)
+                    return self._train_with_rollouts()
                 finally:
-                    self.fleet.close()
+                    self.learner.close()
         finally:
             self.pool.close()
             if self.tools is not None:
                 self.tools.close()
             self.lock.release()
+
+    def _train_with_rollouts(self) -> Path:
+        if self.cfg.runtime.mode == "sync":
+            return self._train()
+        with fleet_session(self.cfg):
+            self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
+                                       start_version=self.learner.version,
+                                       resumed=self.fleet_resume,
+                                       dynamic_sampling=self.objective.dynamic_sampling)
+            self.rollouts = self.fleet
+            try:
+                self.fleet.start(self.model.state_dict(), self.learner.version)
+                return self._train()
+            finally:
+                self.fleet.close()
 
     def _train(self) -> Path:
         cfg = self.cfg
@@ -412,6 +421,11 @@ class RLVRRun:
         return self.step
 
     @property
+    def undo(self):
+        """The guard's undo of a step: the trainer's state, or every rank's."""
+        return self.learner.undo
+
+    @property
     def checkpoint_every(self) -> int:
         return self.cfg.checkpoint.every
 
@@ -432,7 +446,7 @@ class RLVRRun:
     def finish(self, record: StepRecord, undone: bool, publish: bool = True) -> dict[str, Any]:
         self.step += 1
         if publish:  # the weights as they stand after the guard (in-process: nothing to send)
-            self.rollouts.publish(self.model.state_dict(), self.trainer.version)
+            self.rollouts.publish(self.model.state_dict(), self.learner.version)
         return record.metrics
 
     def after_step(self, metrics: dict[str, Any]) -> None:
@@ -480,10 +494,23 @@ class RLVRRun:
 
 
 def fleet_session(cfg: RLVRConfig):
-    """The Ray session a fleets run (`runtime.mode` not sync) trains in: joins one that is
-    already open (an experiment's arms share one), else starts and ends its own."""
+    """The Ray session a fleets run (`runtime.mode` not sync) or a learner group trains in:
+    joins one that is already open (an experiment's arms share one), else starts and ends
+    its own, offering the cores or as many CPUs as the fleet and the ranks ask for."""
+    p = cfg.placement
+    asked = cfg.runtime.inference_workers * p.inference.cpus if cfg.runtime.mode != "sync" else 0
+    if cfg.train.learner_processes > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+        asked += cfg.train.learner_processes * p.learner.cpus
     return ray_session(cfg.runtime.address, connect_timeout_s=cfg.runtime.connect_timeout_s,
-                       num_cpus=max(os.cpu_count() or 1, cfg.runtime.inference_workers))
+                       num_cpus=max(os.cpu_count() or 1, math.ceil(asked)))
+
+
+def learner_session(cfg: RLVRConfig):
+    """The session a learner group starts in: Ray's (a fleet's joins it), or none when
+    torchrun started the ranks."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return contextlib.nullcontext()
+    return fleet_session(cfg)
 
 
 def train(cfg: RLVRConfig, *, resume: bool = False, overwrite: bool = False,

@@ -40,7 +40,8 @@ TINY_PRESETS = {
                    num_attention_heads=8, num_key_value_heads=4),
 }
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float64": torch.float64}  # float64: exactness checks (tests/test_learner_group.py)
 
 
 class ModelLoadError(ValueError):
