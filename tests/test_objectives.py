@@ -452,6 +452,17 @@ def test_token_entropy_by_hand_and_stable():
     close(token_entropy_from_logits(uniform), torch.full((2, 3), math.log(50)), 1e-5)
 
 
+def test_token_entropy_in_row_chunks_is_bitwise_the_whole(monkeypatch):
+    """Chunking bounds the temporaries and changes no figure: each row is computed alone."""
+    import rlscale.rlvr.token_math as token_math
+
+    logits = torch.randn(3, 70, 40, generator=torch.Generator().manual_seed(0))
+    whole = token_entropy_from_logits(logits)
+    monkeypatch.setattr(token_math, "ENTROPY_CHUNK_ELEMENTS", 40 * 7)
+    chunked = token_entropy_from_logits(logits)
+    assert chunked.shape == (3, 70) and torch.equal(chunked, whole)
+
+
 def test_top_entropy_mask():
     entropy = torch.tensor([[0.1, 0.9, 5.0, 0.5], [0.7, 0.3, 0.2, 9.0]])
     mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0.0]])  # inactive 5.0 and 9.0 are ignored

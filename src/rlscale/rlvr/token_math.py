@@ -127,14 +127,30 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
 # ----------------------------------------------------------------------------- entropy
 
 
-def token_entropy_from_logits(logits: Tensor) -> Tensor:
-    """`[B, T, V]` logits -> `[B, T]` entropies, from `log_softmax` (no exp overflow) and
-    with `p log p = 0` where `p = 0`, so vocabularies masked with `-inf` stay finite."""
+# Rows of logits whose entropy is computed at once: its four temporaries of [rows, V] are
+# bounded (~64 MB each at 2**24 elements) instead of four copies of every completion token's
+# logits (4.6 GiB at 1,536 tokens of a 151,936-token vocabulary: benchmarks/memory.py).
+ENTROPY_CHUNK_ELEMENTS = 2**24
+
+
+def _entropy_rows(logits: Tensor) -> Tensor:
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = torch.log_softmax(logits, dim=-1)
     probs = log_probs.exp()
     safe_log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
     return -(probs * safe_log_probs).sum(dim=-1)
+
+
+def token_entropy_from_logits(logits: Tensor) -> Tensor:
+    """`[..., V]` logits -> `[...]` entropies, from `log_softmax` (no exp overflow) and
+    with `p log p = 0` where `p = 0`, so vocabularies masked with `-inf` stay finite; a
+    chunk of rows at a time (each row's figure is computed alone either way)."""
+    rows = logits.reshape(-1, logits.shape[-1])
+    step = max(1, ENTROPY_CHUNK_ELEMENTS // max(1, rows.shape[1]))
+    if rows.shape[0] <= step:
+        return _entropy_rows(logits)
+    return torch.cat([_entropy_rows(chunk) for chunk in rows.split(step)]).reshape(
+        logits.shape[:-1])
 
 
 def top_entropy_mask(entropy: Tensor, mask: Tensor, rho: float) -> Tensor:
