@@ -14,7 +14,8 @@
 # 5. benchmarks/engine_vllm.py: the tiny model (fp32) and a random Qwen2-0.5B-shape model
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
 #    and peak GPU memory;
-# 6. Zero on CUDA (run right after step 2: it needs no vLLM and takes ~4 min): benchmarks/mcts.py
+# 6. benchmarks/scale_check.py: the learner group, an engine placed beside it, weight sync;
+# 7. Zero on CUDA (run right after step 2: it needs no vLLM and takes ~4 min): benchmarks/mcts.py
 #    with its GPU rows, tests/zero/test_zero_device.py (its CUDA tests), and a 2-iteration 7x7
 #    Go run with `device=cuda` (smaller self-play than the recipe), seconds per iteration.
 # Everything lands in $OUT: one log per part and summary.txt (one line per part, with its exit
@@ -121,6 +122,11 @@ part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --
 # The sampler alone on the same model: a token step, the decode step, the draw.
 part sampler_05b "$PYTHON" benchmarks/sampler_step.py --model 0.5b --device cuda --rows 32 \
   --tokens 128 --cache "$OUT/memory"
+
+# Scale-out: the learner group (FSDP2; NCCL over 2+ GPUs, else gloo on the CPU; started by Ray
+# where it imports, else by torchrun) against one process, an engine placed on a GPU beside it,
+# and time/publish_s; one table.
+part scale timeout 420 "$PYTHON" benchmarks/scale_check.py --device cuda --out "$OUT/scale"
 
 if "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
   part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
