@@ -94,6 +94,7 @@ def _rank_main(rank: int, size: int, port: int, specs: list[LearnerSpec], out: s
             metrics = []
             for step in range(STEPS):
                 batch = step_batch(step)
+                learner.save_undo()  # as the guard does before every step (health snapshot)
                 result = learner.step(batch, step)
                 metrics.append({**result.metrics, **learner.update_stats(batch, result)})
             results.append((learner.full_state(), metrics))
@@ -162,7 +163,7 @@ def run_config(tmp_path, model_dir, name: str, processes: int, steps: int = RUN_
            "loss": {"kl_coef": 0.01, "length_penalty_per_token": 0.05},
            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
            "train": {"steps": steps, "lr": 1e-3, "minibatches": 2, "seed": 3, "threads": 1,
-                     "learner_processes": processes},
+                     "learner_processes": processes, "post_update_stats_every": 2},
            "checkpoint": {"every": 2, "keep": 2}, "tensorboard": False, "progress": False}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))

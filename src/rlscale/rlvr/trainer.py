@@ -139,6 +139,11 @@ class PolicyTrainer:
             logp, entropy = self._logprobs(model, batch.select(chunk), with_entropy)
             logps.append(logp)
             entropies.append(entropy)
+        # An FSDP2 root keeps its gathered weights after a forward until a backward reshards
+        # them: with no backward here, shard them again (sharding.py).
+        reshard = getattr(model, "reshard", None)
+        if reshard is not None:
+            reshard()
         shape, rows = tuple(batch.mask.shape), torch.arange(start, end)
         empty = batch.mask.new_zeros((0, shape[1]))
         logp = self.ranks.gather_rows(torch.cat(logps) if logps else empty, rows, shape)
