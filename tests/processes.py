@@ -44,3 +44,26 @@ def with_text_in_command_line(text: str) -> set[int]:
             if text.encode() in command and alive(int(entry)):
                 found.add(int(entry))
     return found
+
+
+def kill_after_logged_steps(process, metrics: Path, steps: int, timeout_s: float = 240) -> set[int]:
+    """SIGKILL the training `process` (started in a session of its own) once `metrics`
+    holds `steps` lines; returns the process and everything it had started, for the test to
+    check that none outlives it."""
+    import signal
+    import time
+
+    try:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and process.poll() is None:
+            if metrics.exists() and metrics.read_text().count("\n") >= steps:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+        family = descendants(process.pid) | {process.pid}
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return family

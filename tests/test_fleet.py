@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the fleet tests need Ray (pip install 'rlscale[ray]')")
 
-from processes import alive, descendants  # noqa: E402
+from processes import alive, descendants, kill_after_logged_steps  # noqa: E402
 from rlscale.config import load_config  # noqa: E402
 from rlscale.rlvr.config import RLVRConfig  # noqa: E402
 from rlscale.rlvr.loop import RLVRRun  # noqa: E402
@@ -122,22 +122,8 @@ def test_killed_trainer_resumes_and_counts_what_was_in_flight(tmp_path, tiny_mod
     run_dir = tmp_path / "run"
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and first.poll() is None:
-            done = (run_dir / "metrics.jsonl").read_text().count("\n") if (
-                run_dir / "metrics.jsonl").exists() else 0
-            if done >= 3:  # past the checkpoint of step 2, mid-way to the next
-                break
-            time.sleep(0.05)
-        assert first.poll() is None, "the run ended before it could be killed"
-        family = descendants(first.pid) | {first.pid}
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
-
+    # past the checkpoint of step 2, mid-way to the next
+    family = kill_after_logged_steps(first, run_dir / "metrics.jsonl", 3)
     resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     # Ray's agents alone would notice the dead raylet by polling and retry a dead GCS for a

@@ -209,32 +209,19 @@ def test_a_run_resumes_with_another_number_of_learner_processes(first, then, unb
 def test_two_learner_processes_killed_mid_run_resume_exactly(unbroken_run, tiny_model_dir,
                                                              tmp_path):
     import os
-    import signal
     import subprocess
     import sys
     import time
 
-    from processes import alive, descendants
+    from processes import alive, kill_after_logged_steps
     from rlscale.runtime.metrics import read_metrics
 
     config = run_config(tmp_path, tiny_model_dir, "run", 2)
     cmd = [sys.executable, "-m", "rlscale.cli", "rlvr", "train", str(config)]
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and first.poll() is None:
-            if metrics.exists() and metrics.read_text().count("\n") >= 3:
-                break  # past the checkpoint of step 2, mid-way to the next
-            time.sleep(0.05)
-        assert first.poll() is None, "the run ended before it could be killed"
-        family = descendants(first.pid) | {first.pid}
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
+    # past the checkpoint of step 2, mid-way to the next
+    family = kill_after_logged_steps(first, tmp_path / "run" / "metrics.jsonl", 3)
     resumed = train(config, "--resume", check=False)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     deadline = time.time() + 20
