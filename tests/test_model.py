@@ -151,8 +151,8 @@ def test_load_model_broken_config_is_one_line(tmp_path, offline, content):
 
 
 def test_load_model_unknown_dtype(tiny_dir):
-    with pytest.raises(ModelLoadError, match="float64"):
-        load_model(tiny_dir, dtype="float64")
+    with pytest.raises(ModelLoadError, match="int8"):
+        load_model(tiny_dir, dtype="int8")
 
 
 def test_unknown_preset():
