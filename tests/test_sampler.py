@@ -99,6 +99,37 @@ def test_padded_batch_equals_prompts_one_by_one(lm):
                               atol=1e-4, rtol=0)
 
 
+class CountsPrefillRows(torch.nn.Module):
+    """A model that records the rows of its first forward (the prefill)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model, self.prefill_rows = model, None
+
+    def forward(self, input_ids, **kwargs):
+        if self.prefill_rows is None:
+            self.prefill_rows = input_ids.shape[0]
+        return self.model(input_ids=input_ids, **kwargs)
+
+
+def test_the_completions_of_one_prompt_share_its_prefill(lm):
+    """A GRPO batch holds each prompt G times: one prefill row each, its keys and values
+    copied to the G rows, which then continue exactly as the prompt alone does (greedy)."""
+    model, _ = lm
+    params = SamplingParams(max_new_tokens=8, top_p=1e-9)
+    prompts = [PROMPTS[1]] * 3 + [PROMPTS[3]] * 3
+    counting = CountsPrefillRows(model)
+    grouped = run(lm, params, prompts=prompts, model=counting)
+    assert counting.prefill_rows == 2
+    for i, prompt in enumerate(prompts):
+        alone = run(lm, params, prompts=[prompt])
+        n = int(alone.lengths[0])
+        assert int(grouped.lengths[i]) == n
+        assert torch.equal(grouped.completion_ids[i, :n], alone.completion_ids[0, :n])
+        assert torch.allclose(grouped.sampler_logprobs[i, :n], alone.sampler_logprobs[0, :n],
+                              atol=1e-4, rtol=0)
+
+
 def test_length_reached_without_eos(lm):
     model, tokenizer = lm
     forced = ForcedStop(model, tokenizer.eos_token_id, [None] * len(PROMPTS))

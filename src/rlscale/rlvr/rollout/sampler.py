@@ -166,12 +166,25 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
     return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
 
 
+def shared_prefills(prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(first, index)`: the first row of each distinct prompt, and for every row which of
+    those it repeats. A GRPO batch holds each prompt G times: one prefill serves all G."""
+    first: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    index = [seen.setdefault(tuple(ids), len(seen)) for ids in prompt_ids]
+    for row, which in enumerate(index):
+        if which == len(first):
+            first.append(row)
+    return torch.tensor(first), torch.tensor(index)
+
+
 @torch.no_grad()
 def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
              pad_token_id: int, generator: torch.Generator | None = None,
              policy_version: int = 0, fast_decode: bool = True) -> Rollout:
     """Sample completions of `prompt_ids` (one batch, left-padded). The prefill is the
-    model's forward; the decode steps run `decoder.decode_step` where the architecture is
+    model's forward, once per distinct prompt (its keys and values copied to every row
+    that repeats it); the decode steps run `decoder.decode_step` where the architecture is
     supported (`fast_decode`), else the model's forward; both over one preallocated
     `KVCache`. Rows that finish leave the batch, so the later steps compute only the
     running ones."""
@@ -191,13 +204,18 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     finished = torch.zeros(batch, dtype=torch.bool)
     lengths = torch.zeros(batch, dtype=torch.long)
 
-    logits, hf_cache = cached_forward(model, None, input_ids=input_ids,
-                                      attention_mask=attention, position_ids=positions)
-    next_logits = logits.float()
+    first, repeats = shared_prefills(prompt_ids)
+    first, repeats = first.to(device), repeats.to(device)
+    logits, hf_cache = cached_forward(model, None, input_ids=input_ids[first],
+                                      attention_mask=attention[first],
+                                      position_ids=positions[first])
+    next_logits = logits.float()[repeats]
     cache_dtype, step = step_function(model, fast_decode)
-    cache = KVCache.from_prefill(hf_cache, attention, width + params.max_new_tokens,
+    cache = KVCache.from_prefill(hf_cache, attention[first], width + params.max_new_tokens,
                                  cache_dtype)
     del hf_cache
+    if len(first) < batch:
+        cache.keep_rows(repeats)
     rows = torch.arange(batch)        # the batch rows still running, in the cache's order
     next_positions = positions[:, -1] + 1
     for t in range(params.max_new_tokens):
