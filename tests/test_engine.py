@@ -67,6 +67,36 @@ def test_greedy_tokens_equal_static_sampler(lm, slots, order_seed):
     assert engine.stats.decode_steps > 0 and 0 < engine.stats.slot_utilisation <= 1
 
 
+class CountsForwardRows(torch.nn.Module):
+    """A model that records the rows of each forward it runs with a padding mask (a prefill)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model, self.config, self.prefill_rows = model, model.config, []
+
+    def forward(self, input_ids, **kwargs):
+        self.prefill_rows.append(input_ids.shape[0])
+        return self.model(input_ids=input_ids, **kwargs)
+
+
+def test_a_groups_requests_admitted_together_share_one_prefill(lm):
+    """G requests of one prompt admitted in one refill: one prefill row, and each request
+    continues exactly as the prompt alone does (greedy)."""
+    model, tokenizer = lm
+    ids = encode(tokenizer, [PROMPTS[1], PROMPTS[3]])
+    counting = CountsForwardRows(model)
+    engine = make_engine(lm, EngineSampling(temperature=0.0), slots=6, model=counting)
+    for i in range(6):
+        engine.add_request(GenerationRequest(i, ids[i // 3], 8))
+    done = {c.request_id: c for c in engine.run()}
+    assert counting.prefill_rows[0] == 2
+    alone = generate(model, [list(p) for p in ids], SamplingParams(8, 0.0),
+                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    for i in range(6):
+        n = int(alone.lengths[i // 3])
+        assert done[i].token_ids == alone.completion_ids[i // 3, :n].tolist(), i
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (1.3, 0.5)])
 def test_mu_logprobs_match_full_forward(lm, temperature, top_p):
     model, tokenizer = lm

@@ -41,7 +41,13 @@ from transformers import DynamicCache
 
 from ...runtime.weight_sync import WeightPacket, unpack_weights
 from .kv_cache import KVCache
-from .sampler import _compute_dtype, cached_forward, sample_next, step_function
+from .sampler import (
+    _compute_dtype,
+    cached_forward,
+    sample_next,
+    shared_prefills,
+    step_function,
+)
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 
@@ -297,17 +303,24 @@ class ContinuousBatchingEngine:
 
     # -- the cache ------------------------------------------------------------------------
     def _prefill(self, sequences: list[list[int]]):
-        """One left-padded forward over `sequences`: their cache, mask and last logits."""
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, seq in enumerate(sequences):
+        """One left-padded forward over the distinct `sequences` (a group's G requests
+        admitted together share one): every sequence's cache, mask and last logits."""
+        first, repeats = shared_prefills(sequences)
+        distinct = [sequences[i] for i in first.tolist()]
+        width = max(len(s) for s in distinct)
+        ids = torch.full((len(distinct), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, seq in enumerate(distinct):
             ids[i, width - len(seq):] = torch.tensor(seq)
             attention[i, width - len(seq):] = 1
         ids, attention = ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         logits, cache = cached_forward(self.model, None, input_ids=ids, attention_mask=attention,
                                        position_ids=positions)
+        if len(distinct) < len(sequences):
+            repeats = repeats.to(self.device)
+            cache.batch_select_indices(repeats)  # each repeat's row a copy of its prompt's
+            attention, logits = attention[repeats], logits[repeats]
         return cache, attention, logits
 
     def _extend(self, rows: list[_Row]):
