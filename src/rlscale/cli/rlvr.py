@@ -97,12 +97,13 @@ def train_command(
     from ..rlvr.config import RLVRConfig, load_command_config
     from ..rlvr.learner_group import follow, torchrun_rank
     from ..rlvr.loop import RLVRRun
+    from ..runtime.device import resolve_device
     from ..runtime.trackers import check_trackers
 
     def go():
         cfg = load_command_config(RLVRConfig, config, overrides or [])
         if torchrun_rank() > 0:  # a learner rank of a torchrun launch: rank 0 runs the loop
-            follow()
+            follow(resolve_device(cfg.device).type)
             return
         check_trackers(cfg.logging)  # before any work, not after the model is loaded
         try:

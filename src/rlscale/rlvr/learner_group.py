@@ -293,15 +293,21 @@ class TorchrunLearnerGroup(LearnerGroup):
         self._call_all("close")
 
 
+def launched_by_torchrun() -> bool:
+    """Whether `torchrun` started this process (its ranks are then the learner group)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
 def torchrun_rank() -> int:
     """This process's rank when `torchrun` started it (0 otherwise)."""
-    return int(os.environ.get("RANK", 0)) if "TORCHELASTIC_RUN_ID" in os.environ else 0
+    return int(os.environ.get("RANK", 0)) if launched_by_torchrun() else 0
 
 
-def follow() -> None:
-    """What ranks > 0 of a `torchrun` launch run: rank 0's calls, until it closes the group."""
+def follow(device: str) -> None:
+    """What ranks > 0 of a `torchrun` launch run: rank 0's calls, until it closes the group.
+    `device`: the run's (cpu | cuda), resolved from the config as rank 0 resolves it, so
+    every rank picks the same backend."""
     rank = LearnerRank()
-    device = "cuda" if torch.cuda.is_available() and os.environ.get("LOCAL_RANK") else "cpu"
     rank.join(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), device)
     commands = torch.distributed.new_group(backend="gloo")
     while True:
@@ -317,7 +323,7 @@ def learner_spec(cfg, objective: Objective, compute_dtype: str, device: torch.de
                  with_reference: bool) -> LearnerSpec:
     """What every rank of `cfg`'s learner group builds (cfg: an RLVRConfig)."""
     launched = int(os.environ.get("WORLD_SIZE", 1))
-    if "TORCHELASTIC_RUN_ID" in os.environ and launched != cfg.train.learner_processes:
+    if launched_by_torchrun() and launched != cfg.train.learner_processes:
         raise ConfigError(f"torchrun started {launched} processes but "
                           f"train.learner_processes is {cfg.train.learner_processes}: make "
                           "them equal")
@@ -329,7 +335,7 @@ def learner_spec(cfg, objective: Objective, compute_dtype: str, device: torch.de
 def start_learner_group(cfg, model: torch.nn.Module, spec: LearnerSpec) -> LearnerGroup:
     """`cfg`'s learner ranks, with `model` (the loop's copy) holding their weights: the
     processes torchrun started, else Ray actors (inside the run's Ray session)."""
-    if "TORCHELASTIC_RUN_ID" in os.environ:
+    if launched_by_torchrun():
         return TorchrunLearnerGroup(model, spec)
     if spec.device == "cuda" and cfg.placement.learner.gpus < 1:
         raise ConfigError("device cuda with train.learner_processes > 1 needs "

@@ -47,7 +47,13 @@ from .batch import build_policy_batch
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
-from .learner_group import LearnerGroup, LocalLearner, learner_spec, start_learner_group
+from .learner_group import (
+    LearnerGroup,
+    LocalLearner,
+    launched_by_torchrun,
+    learner_spec,
+    start_learner_group,
+)
 from .model import (
     enable_activation_checkpointing,
     load_model,
@@ -499,7 +505,7 @@ def fleet_session(cfg: RLVRConfig):
     its own, offering the cores or as many CPUs as the fleet and the ranks ask for."""
     p = cfg.placement
     asked = cfg.runtime.inference_workers * p.inference.cpus if cfg.runtime.mode != "sync" else 0
-    if cfg.train.learner_processes > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+    if cfg.train.learner_processes > 1 and not launched_by_torchrun():
         asked += cfg.train.learner_processes * p.learner.cpus
     return ray_session(cfg.runtime.address, connect_timeout_s=cfg.runtime.connect_timeout_s,
                        num_cpus=max(os.cpu_count() or 1, math.ceil(asked)))
@@ -508,7 +514,7 @@ def fleet_session(cfg: RLVRConfig):
 def learner_session(cfg: RLVRConfig):
     """The session a learner group starts in: Ray's (a fleet's joins it), or none when
     torchrun started the ranks."""
-    if "TORCHELASTIC_RUN_ID" in os.environ:
+    if launched_by_torchrun():
         return contextlib.nullcontext()
     return fleet_session(cfg)
 

@@ -19,6 +19,11 @@ from typing import Any, Generic, Protocol, TypeVar
 T = TypeVar("T")
 
 
+def alias_key(tensor) -> tuple:
+    """What two tensors that are one (a tied embedding under two names) have in common."""
+    return (tensor.device, tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+
+
 def cpu_snapshot(state_dict: dict[str, Any]) -> dict[str, Any]:
     """A copy of `state_dict` with its tensors on the CPU: what a store holds, so weights a
     GPU learner publishes load into a network on any device (`load_state_dict` copies them).
@@ -29,7 +34,7 @@ def cpu_snapshot(state_dict: dict[str, Any]) -> dict[str, Any]:
         if not hasattr(value, "detach"):
             out[name] = copy.deepcopy(value)
             continue
-        key = (value.device, value.data_ptr(), tuple(value.shape), value.stride(), value.dtype)
+        key = alias_key(value)
         if key not in copies:
             copies[key] = value.detach().to("cpu", copy=True)
         out[name] = copies[key]

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .versions import alias_key
+
 ALIGN = 64                        # bytes: every tensor starts on a cache line in its bucket
 DEFAULT_BUCKET_BYTES = 256 << 20  # a few buckets for a 0.5 B model, one for a tiny one
 # peft's names: base_model.model.<module>.lora_A.<adapter>.weight (and lora_B)
@@ -97,10 +99,6 @@ def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _alias_key(tensor: torch.Tensor) -> tuple:
-    return (tensor.device, tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
-
-
 def plan_buckets(tensors: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
                  bucket_bytes: int) -> tuple[tuple[TensorSlot, ...], list[int]]:
     """The manifest and each bucket's size: tensors in order, grouped by sent dtype, a new
@@ -116,7 +114,7 @@ def plan_buckets(tensors: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
         # Floating tensors travel in the engine's dtype; integer buffers as they are.
         sent = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
         shape = tuple(tensor.shape)
-        key = _alias_key(tensor)
+        key = alias_key(tensor)
         if key in first_name:
             slots.append(TensorSlot(name, str(sent).removeprefix("torch."), shape,
                                     alias_of=first_name[key]))
