@@ -7,7 +7,8 @@ import torch
 
 from rlscale.rlvr.model import build_tiny_model
 from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
-from rlscale.rlvr.rollout.sampler import SamplingParams, _top_p_filter, generate
+from rlscale.rlvr.rollout.sampler import SamplingParams, generate
+from rlscale.rlvr.rollout.sampling import top_p_filter
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
 
 PROMPTS = ["1+2=", "347+85=", "19*9=", "3 12 17->41:", "x", "12+5=", "99*9=", "7-3=",
@@ -38,7 +39,7 @@ def sampled_logprobs(model, prompt, completion, temperature, top_p):
     ids = torch.tensor([list(prompt) + completion])
     logits = model(input_ids=ids, use_cache=False).logits[0].float()
     logits = logits[len(prompt) - 1: len(prompt) - 1 + len(completion)] / temperature
-    logp = _top_p_filter(logits, top_p).log_softmax(-1)
+    logp = top_p_filter(logits, top_p).log_softmax(-1)
     return logp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
 
 

@@ -241,7 +241,7 @@ def test_policy_version_passes_through(lm, version):
 
 
 def test_sampling_by_cdf_draws_each_token_at_its_probability_and_never_a_zero():
-    from rlscale.rlvr.rollout.sampler import CDF_BLOCK, sample_by_cdf
+    from rlscale.rlvr.rollout.sampling import CDF_BLOCK, sample_by_cdf
 
     vocab = 5 * CDF_BLOCK + 37                      # a last block that is partly padding
     weights = torch.zeros(vocab, dtype=torch.float32)
@@ -262,7 +262,7 @@ def test_sampling_by_cdf_draws_each_token_at_its_probability_and_never_a_zero():
 def test_sample_next_keeps_multinomial_below_the_cdf_vocabulary():
     """The character vocabulary's streams (every documented run) are torch.multinomial's;
     a large vocabulary draws by inverse CDF. Both report the drawn tokens' log-probs."""
-    from rlscale.rlvr.rollout.sampler import CDF_MIN_VOCAB, sample_next
+    from rlscale.rlvr.rollout.sampling import CDF_MIN_VOCAB, sample_next
 
     torch.manual_seed(0)
     small = torch.randn(16, 100)
@@ -280,7 +280,7 @@ def test_sample_next_keeps_multinomial_below_the_cdf_vocabulary():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA GPU")
 def test_sampling_by_cdf_on_cuda_draws_the_cpu_tokens_and_returns_them_on_the_cpu():
-    from rlscale.rlvr.rollout.sampler import CDF_MIN_VOCAB, sample_by_cdf, sample_next
+    from rlscale.rlvr.rollout.sampling import CDF_MIN_VOCAB, sample_by_cdf, sample_next
     logits = torch.randn(64, CDF_MIN_VOCAB * 5 + 3, generator=torch.Generator().manual_seed(0))
     probs = logits.softmax(-1)
     on_cpu = sample_by_cdf(probs, torch.Generator().manual_seed(1))

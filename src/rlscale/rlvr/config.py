@@ -120,6 +120,13 @@ class RolloutConfig(StrictModel):
         "decide by the run's length (eager below 300 k tokens per worker)")
     recompute_cache_on_update: bool = Field(
         True, description="in-flight update: recompute running rows' KV cache with new weights")
+    static_decode: bool = Field(
+        False, description="the in-process sampler's decode step at static shapes per batch "
+        "bucket: a CUDA graph per bucket on a GPU (off until a GPU check measures it), eager "
+        "on a CPU (slower there: docs/performance.md)")
+    eos_check_every: int | None = Field(
+        None, ge=1, description="token steps between the sampler's checks for finished rows "
+        "(a host sync on a GPU); null: 1 on a CPU, 8 on a GPU")
     tools: ToolsConfig = Field(
         default_factory=ToolsConfig, description="tools the policy may call while it "
         "generates (none by default): docs/tools.md")

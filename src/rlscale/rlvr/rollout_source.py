@@ -26,6 +26,7 @@ import torch
 from .config import RLVRConfig
 from .model import PromptFormatter
 from .rewards import VerifierPool
+from .rollout.decoder import DecodeWeightsCache
 from .rollout.engine import generate_with_tools
 from .rollout.groups import (
     RolloutGroup,
@@ -76,10 +77,14 @@ class InProcessRollouts:
         # decode on (the static sampler would hold every row for the slowest call).
         self.tools = tools
         self._parked_s = self._request_s = 0.0  # the engines' time of this step's draws
+        self._generate_s = 0.0                  # the sampler's time in this step's draws
+        self.decode_weights = DecodeWeightsCache()  # fused once per policy version
         self.compute = compute or contextlib.nullcontext()  # the matmul dtype (train.compute_dtype)
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         r = cfg.rollout
         self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p)
+        self.decode_options = {"static_step": r.static_decode,
+                               "eos_check_every": r.eos_check_every}
 
     def publish(self, state_dict: dict[str, Any], version: int) -> None:
         pass  # the sampler is the trainer's own model object
@@ -113,7 +118,9 @@ class InProcessRollouts:
             batch = select_groups(batch, torch.arange(len(batch.examples)) < want, size)
         stats = {"sampling/prompts_drawn": drawn, "sampling/generated_tokens": generated,
                  "sampling/dropped_group_share": dropped / max(drawn, 1),
-                 "sampling/batch_prompts": len(batch.examples), **self._engine_stats()}
+                 "sampling/batch_prompts": len(batch.examples),
+                 "time/generate_s": self._generate_s, **self._engine_stats()}
+        self._generate_s = 0.0
         return batch, stats
 
     def _engine_stats(self) -> dict[str, float]:
@@ -134,15 +141,20 @@ class InProcessRollouts:
                for ex in rows]
         generator = torch.Generator().manual_seed(step_seed(cfg.train.seed, step, f"sample:{draw}"))
         self.model.eval()
+        t0 = time.perf_counter()
         with self.compute:
             if self.tools is None:
                 rollout = generate(self.model, ids, self.params,
                                    eos_token_id=self.tokenizer.eos_token_id,
                                    pad_token_id=self.tokenizer.pad_token_id,
-                                   generator=generator, policy_version=policy_version)
+                                   generator=generator, policy_version=policy_version,
+                                   decode_weights=self.decode_weights.get(self.model,
+                                                                          policy_version),
+                                   **self.decode_options)
             else:
                 rollout = self._generate_with_tools(ids, step_seed(
                     cfg.train.seed, step, f"sample:{draw}") % 2**63, policy_version)
+        self._generate_s += time.perf_counter() - t0  # generate ends on the host: synced
         texts = decode_completions(self.tokenizer, rollout)
         t0 = time.perf_counter()
         scored = self.pool.score(texts, rows)

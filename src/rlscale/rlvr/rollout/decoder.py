@@ -174,6 +174,39 @@ class DecoderWeights:
                    scaling=attn.scaling, dtype=dtype)
 
 
+def decode_dtype(model) -> torch.dtype:
+    """The dtype the caller's autocast (train.compute_dtype) computes in, else the model's:
+    the dtype the decode weights are cast to."""
+    device = next(model.parameters()).device
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return next(model.parameters()).dtype
+
+
+class DecodeWeightsCache:
+    """The fused decode weights of one model, built once per weight version rather than at
+    every `generate` call (a 0.5 B model's are ~1 GB of fresh bf16, and with LoRA every
+    delta weight computed again). The version is the caller's word (the trainer's policy
+    version): the key also holds every parameter's address, so weights replaced by new
+    tensors (a weight sync's `.data =`) rebuild it, but weights changed in place (an
+    optimiser step) need a new version."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._weights: DecoderWeights | None = None
+        self.builds = 0
+
+    def get(self, model, version: int) -> DecoderWeights | None:
+        """The weights for `model` at `version`, in `decode_dtype(model)`."""
+        dtype = decode_dtype(model)
+        key = (version, dtype, tuple(p.data_ptr() for p in model.parameters()))
+        if key != self._key:
+            self._weights, self._key = None, None  # the old copy is freed before the new
+            self._weights, self._key = DecoderWeights.from_model(model, dtype), key
+            self.builds += 1
+        return self._weights
+
+
 def _supported(model) -> bool:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
@@ -281,28 +314,63 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: tor
 def decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """Feed one token per row (`tokens`, `positions`: [B]); return the next-token logits
-    [B, V] in float32. The tokens' keys and values go into a new column of `cache`."""
+    [B, V] in float32. The tokens' keys and values go into a new column of `cache`, and
+    attention reads its live window `[start, end)`."""
+    column = cache.append_column()
+
+    def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cache.keys[i, :, :, column] = k
+        cache.values[i, :, :, column] = v
+        return cache.layer_window(i)
+
+    return _decode(weights, tokens, positions, write, cache.bias[..., cache.start:cache.end])
+
+
+def static_decode_step(weights: DecoderWeights, cache: KVCache, tokens: torch.Tensor,
+                       positions: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """`decode_step` at shapes that do not change from one token to the next, for a captured
+    CUDA graph (rollout/graphs.py): the first `b = len(tokens)` rows of `cache`, attention over
+    all its columns (those not yet written are masked), the column to write a tensor
+    (`column`, [1] long, advanced by one here) rather than a Python int, no allocation that
+    depends on the step. The cache is never reallocated: it must have room for every step."""
+    rows = tokens.shape[0]
+    cache.bias[:rows].index_fill_(3, column, 0.0)
+
+    def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = cache.keys[i, :rows], cache.values[i, :rows]
+        keys.index_copy_(2, column, k[:, :, None])
+        values.index_copy_(2, column, v[:, :, None])
+        return keys, values
+
+    logits = _decode(weights, tokens, positions, write, cache.bias[:rows])
+    column.add_(1)
+    return logits
+
+
+def _decode(w: DecoderWeights, tokens: torch.Tensor, positions: torch.Tensor, write,
+            bias: torch.Tensor) -> torch.Tensor:
+    """The decoder's math for one token per row: `write(layer, k, v)` stores the new keys
+    and values ([B, Hk, d]) and returns the layer's keys and values to attend to ([B, Hk, T,
+    d]), `bias` [B, 1, 1, T] masks them."""
     batch = tokens.shape[0]
-    w = weights
     q_dim, kv_dim = w.heads * w.head_dim, w.kv_heads * w.head_dim
     group = w.heads // w.kv_heads
     x = F.embedding(tokens, w.embed)                                   # [B, D]
     cos, sin = w.rotary(x[:, None], positions[:, None])                # [B, 1, d]
     cos, sin = cos.to(w.dtype), sin.to(w.dtype)
-    column = cache.append_column()
-    bias = cache.bias[..., cache.start:cache.end]
     for i, layer in enumerate(w.layers):
         qkv = layer.qkv(rms_norm(x, layer.attn_norm))
-        q = qkv[:, :q_dim].view(batch, w.heads, w.head_dim)
-        k = qkv[:, q_dim:q_dim + kv_dim].view(batch, w.kv_heads, w.head_dim)
         v = qkv[:, q_dim + kv_dim:].view(batch, w.kv_heads, w.head_dim)
-        if layer.q_norm is not None:
-            q, k = rms_norm(q, layer.q_norm), rms_norm(k, layer.k_norm)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        cache.keys[i, :, :, column] = k
-        cache.values[i, :, :, column] = v
-        keys, values = cache.layer_window(i)
+        if layer.q_norm is None:  # the queries' and keys' heads rotated in one go
+            qk = qkv[:, :q_dim + kv_dim].view(batch, w.heads + w.kv_heads, w.head_dim)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q, k = qk[:, :w.heads], qk[:, w.heads:]
+        else:
+            q = rms_norm(qkv[:, :q_dim].view(batch, w.heads, w.head_dim), layer.q_norm)
+            k = rms_norm(qkv[:, q_dim:q_dim + kv_dim].view(batch, w.kv_heads, w.head_dim),
+                         layer.k_norm)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        keys, values = write(i, k, v)
         attn = _attend(q.view(batch, w.kv_heads, group, w.head_dim), keys, values, bias,
                        w.scaling).reshape(batch, q_dim)
         x = x + layer.out(attn)

@@ -40,14 +40,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from ...runtime.weight_sync import WeightPacket, unpack_weights
+from .decoder import decode_dtype
 from .kv_cache import KVCache
-from .sampler import (
-    _compute_dtype,
-    cached_forward,
-    sample_next,
-    shared_prefills,
-    step_function,
-)
+from .sampler import cached_forward, shared_prefills, step_function
+from .sampling import sample_next
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 
@@ -332,7 +328,7 @@ class ContinuousBatchingEngine:
         past_width, new_width = max(fed), max(len(t) for t in new)
         keys0, _ = pasts[0]
         layers, heads, _, dim = keys0.shape
-        dtype = _compute_dtype(self.model, self.device)
+        dtype = decode_dtype(self.model)
         past_keys = keys0.new_zeros((layers, len(rows), heads, past_width, dim), dtype=dtype)
         past_values = torch.zeros_like(past_keys)
         ids = torch.full((len(rows), new_width), self.pad_token_id, dtype=torch.long)

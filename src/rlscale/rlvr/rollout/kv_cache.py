@@ -113,6 +113,15 @@ class KVCache:
         self.keys, self.values = self.keys[:, rows], self.values[:, rows]
         self.bias = self.bias[rows]
 
+    def compact_rows(self, rows: torch.Tensor) -> None:
+        """Move `rows` to the front, in that order, in place: the buffers keep their size
+        and addresses (a captured CUDA graph reads them); the rows after attend nothing."""
+        count = rows.shape[0]
+        self.keys[:, :count] = self.keys[:, rows]
+        self.values[:, :count] = self.values[:, rows]
+        self.bias[:count] = self.bias[rows]
+        self.bias[count:] = float("-inf")
+
     def add_rows(self, count: int) -> None:
         """`count` more rows at the end, attending nothing."""
         layers, _, heads, capacity, dim = self.keys.shape

@@ -18,8 +18,13 @@ import transformers
 from packaging.version import Version
 from transformers import DynamicCache
 
-from .decoder import DecoderWeights, decode_step
+from .decoder import SUPPORTED_MODEL_TYPES, DecoderWeights, decode_dtype, decode_step
+from .graphs import BucketedDecodeStep
 from .kv_cache import KVCache
+from .sampling import CDF_MIN_VOCAB, device_generator, sample_by_cdf, sample_next, sample_tokens
+
+__all__ = ["CDF_MIN_VOCAB", "Rollout", "SamplingParams", "generate", "sample_by_cdf",
+           "sample_next", "sample_tokens", "step_function"]
 
 
 @dataclass(frozen=True)
@@ -69,17 +74,6 @@ class Rollout:
         return self.mask if self.tool_mask is None else self.mask * (1 - self.tool_mask)
 
 
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-    probs = sorted_logits.softmax(-1)
-    # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1 token).
-    drop = probs.cumsum(-1) - probs >= top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
-
-
 # transformers 5.20 renamed the KV-cache argument and output `past_key_values` -> `cache`;
 # vLLM 0.32 pins transformers < 5.20, so both spellings are in use.
 _CACHE_NAME = ("cache" if Version(transformers.__version__) >= Version("5.20")
@@ -103,69 +97,6 @@ def cached_forward(model, cache, **inputs) -> tuple[torch.Tensor, Any]:
     return out.logits[:, -1, :], out[_CACHE_NAME]
 
 
-# Vocabularies of at least this many tokens draw by inverse CDF (`sample_by_cdf`); smaller
-# ones keep torch.multinomial, whose cost there is small (~0.5 ms for 64 rows of 100 tokens)
-# and whose streams every documented run of the character-vocabulary models was drawn from.
-# multinomial draws one exponential per vocabulary entry: 105 ms for 32 rows of Qwen2's
-# 151,936 tokens on 2 threads, about a sixth of a 0.5 B model's decode step there.
-CDF_MIN_VOCAB = 1024
-CDF_BLOCK = 256
-
-
-def sample_by_cdf(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One index per row of `probs` [B, V] (unnormalised, >= 0, each row's sum > 0), drawn
-    with probability proportional to its entry, from one uniform per row: the inverse CDF in
-    two levels, blocks of CDF_BLOCK entries and then the entries of the chosen block, each in
-    float64 (one flat float32 cumsum over 10^5 entries would drift by more than a rare
-    token's probability). Entries of 0 are never drawn.
-
-    It runs where `probs` lies; the uniforms come from `generator` (the CPU's default when
-    None) and move there, so a seed draws the same tokens on every device up to float64
-    rounding. No copy of `probs` is made: the blocks are views, the last one partial."""
-    rows, vocab = probs.shape
-    full = vocab // CDF_BLOCK
-    sums = [probs[:, :full * CDF_BLOCK].reshape(rows, full, CDF_BLOCK).sum(-1, dtype=torch.float64)]
-    if vocab > full * CDF_BLOCK:
-        sums.append(probs[:, full * CDF_BLOCK:].sum(-1, keepdim=True, dtype=torch.float64))
-    cdf = torch.cat(sums, -1).cumsum(-1)                                        # [B, blocks]
-    blocks = cdf.shape[-1]
-    total = cdf[:, -1:]
-    u = torch.rand(rows, 1, generator=generator, dtype=torch.float64,
-                   device=generator.device if generator is not None else "cpu")
-    u = u.to(probs.device) * total
-    u = torch.minimum(u, total * (1 - 2.0 ** -40))                              # u < total
-    block = torch.searchsorted(cdf, u, right=True).clamp_(max=blocks - 1)       # [B, 1]
-    below = torch.where(block > 0, cdf.gather(-1, (block - 1).clamp(min=0)), 0.0)
-    columns = block * CDF_BLOCK + torch.arange(CDF_BLOCK, device=probs.device)  # [B, BLOCK]
-    inner = probs.gather(1, columns.clamp(max=vocab - 1)).to(torch.float64)
-    inner = inner.masked_fill_(columns >= vocab, 0.0).cumsum(-1)               # [B, BLOCK]
-    rest = torch.minimum(u - below, inner[:, -1:] * (1 - 2.0 ** -40)).clamp(min=0)
-    within = torch.searchsorted(inner, rest, right=True).clamp_(max=CDF_BLOCK - 1)
-    return (block * CDF_BLOCK + within).squeeze(-1)
-
-
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row of `[B, V]` logits; return the tokens and their log-probs under
-    the distribution they were drawn from (temperature-scaled, top-p-truncated, renormalised;
-    greedy decoding is a point mass: log-prob 0). Both returned on the CPU.
-
-    A large vocabulary is drawn where the logits lie (`sample_by_cdf`), and only the [B]
-    tokens and log-probs come back: on an H200 a 0.5 B model's 32 x 151,936 log-probs took
-    7.5 ms a token step to copy to the host and ~23 ms more to draw there, beside an 18.6 ms
-    decode step. A small one moves to the CPU and keeps `torch.multinomial`'s stream."""
-    if temperature <= 0:
-        chosen = logits.argmax(-1).cpu()
-        return chosen, torch.zeros(chosen.shape, dtype=torch.float32)
-    logp = _top_p_filter(logits.float() / temperature, top_p).log_softmax(-1)
-    if logp.shape[-1] >= CDF_MIN_VOCAB:
-        chosen = sample_by_cdf(logp.exp(), generator)
-        return chosen.cpu(), logp.gather(-1, chosen[:, None]).squeeze(-1).cpu()
-    logp = logp.cpu()
-    chosen = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
-
-
 def shared_prefills(prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """`(first, index)`: the first row of each distinct prompt, and for every row which of
     those it repeats. A GRPO batch holds each prompt G times: one prefill serves all G."""
@@ -178,79 +109,118 @@ def shared_prefills(prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Te
     return torch.tensor(first), torch.tensor(index)
 
 
-@torch.no_grad()
-def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
-             pad_token_id: int, generator: torch.Generator | None = None,
-             policy_version: int = 0, fast_decode: bool = True) -> Rollout:
-    """Sample completions of `prompt_ids` (one batch, left-padded). The prefill is the
-    model's forward, once per distinct prompt (its keys and values copied to every row
-    that repeats it); the decode steps run `decoder.decode_step` where the architecture is
-    supported (`fast_decode`), else the model's forward; both over one preallocated
-    `KVCache`. Rows that finish leave the batch, so the later steps compute only the
-    running ones."""
-    batch = len(prompt_ids)
+# How often, in token steps, the decode loop asks whether every row has finished and
+# compacts the finished rows out: a host synchronisation on a GPU, free on a CPU. Every step
+# on a CPU keeps the token streams of earlier releases (rows compact at the same steps); a
+# GPU asks every EOS_CHECK_EVERY_GPU steps (benchmarks/gpu_check.sh measures the choice).
+EOS_CHECK_EVERY_GPU = 8
+
+
+def _left_padded(prompt_ids: list[list[int]], pad_token_id: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, positions), each [B, P]: every prompt ends at column P."""
     width = max(len(p) for p in prompt_ids)
-    device = next(model.parameters()).device
-    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((batch, width), dtype=torch.long)
-    for i, ids in enumerate(prompt_ids):  # left padding: every prompt ends at the same column
+    input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, ids in enumerate(prompt_ids):
         input_ids[i, width - len(ids):] = torch.tensor(ids)
         attention[i, width - len(ids):] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
-    tokens = torch.full((batch, params.max_new_tokens), pad_token_id, dtype=torch.long)
-    logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32)
-    finished = torch.zeros(batch, dtype=torch.bool)
-    lengths = torch.zeros(batch, dtype=torch.long)
 
-    first, repeats = shared_prefills(prompt_ids)
-    first, repeats = first.to(device), repeats.to(device)
+@torch.no_grad()
+def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_token_id: int,
+             pad_token_id: int, generator: torch.Generator | None = None,
+             policy_version: int = 0, fast_decode: bool = True,
+             decode_weights: DecoderWeights | None = None,
+             eos_check_every: int | None = None, static_step: bool = False) -> Rollout:
+    """Sample completions of `prompt_ids` (one batch, left-padded). The prefill is the
+    model's forward, once per distinct prompt (its keys and values copied to every row
+    that repeats it); the decode steps run `decoder.decode_step` where the architecture is
+    supported (`fast_decode`; over `decode_weights` when the caller built them for the
+    model's current weights, `DecodeWeightsCache`), else the model's forward; both over one
+    preallocated `KVCache`. Rows that finish leave the batch, so the later steps compute
+    only the running ones.
+
+    Tokens, log-probs and the finished rows stay on the model's device, drawn from a
+    generator there (`sampling.device_generator`): inside a token step nothing waits for
+    the host, which asks whether every row is done every `eos_check_every` steps (default:
+    1 on a CPU, EOS_CHECK_EVERY_GPU elsewhere); a row's draws after its EOS are discarded.
+    `static_step` runs the decoder's static-shape step on the running rows' bucket
+    (rollout/graphs.py): a CUDA graph per bucket on a GPU, eager on a CPU; it needs a model
+    the decoder supports."""
+    batch, budget = len(prompt_ids), params.max_new_tokens
+    device = next(model.parameters()).device
+    every = eos_check_every or (1 if device.type == "cpu" else EOS_CHECK_EVERY_GPU)
+    input_ids, attention, positions = _left_padded(prompt_ids, pad_token_id, device)
+    first, repeats = (x.to(device) for x in shared_prefills(prompt_ids))
     logits, hf_cache = cached_forward(model, None, input_ids=input_ids[first],
                                       attention_mask=attention[first],
                                       position_ids=positions[first])
     next_logits = logits.float()[repeats]
-    cache_dtype, step = step_function(model, fast_decode)
-    cache = KVCache.from_prefill(hf_cache, attention[first], width + params.max_new_tokens,
-                                 cache_dtype)
+    if fast_decode and decode_weights is None:
+        decode_weights = DecoderWeights.from_model(model, decode_dtype(model))
+    cache = KVCache.from_prefill(hf_cache, attention[first], input_ids.shape[1] + budget,
+                                 decode_weights.dtype if decode_weights else None)
     del hf_cache
     if len(first) < batch:
         cache.keep_rows(repeats)
-    rows = torch.arange(batch)        # the batch rows still running, in the cache's order
-    next_positions = positions[:, -1] + 1
-    for t in range(params.max_new_tokens):
-        chosen, chosen_logp = sample_next(next_logits, params.temperature, params.top_p,
-                                          generator)
-        drawn = ~finished[rows]  # rows that finished since the last compaction draw nothing
-        live = rows[drawn]
-        tokens[live, t] = chosen[drawn]
-        logprobs[live, t] = chosen_logp[drawn]
-        lengths[live] += 1
-        finished[live] |= chosen[drawn] == eos_token_id
-        if bool(finished.all()) or t == params.max_new_tokens - 1:
-            break
-        running = ~finished[rows]
-        if int(running.sum()) <= 3 * len(rows) // 4:  # compact once a quarter has finished
-            keep = running.nonzero().squeeze(-1)
-            rows, chosen, next_positions = rows[keep], chosen[keep], next_positions[keep]
-            cache.keep_rows(keep.to(device))
-        next_logits = step(cache, chosen.to(device), next_positions)
-        next_positions = next_positions + 1
+    step, keep_rows = _stepper(model, decode_weights, cache, static_step)
 
-    width_out = max(int(lengths.max()), 1)
-    tokens, logprobs = tokens[:, :width_out], logprobs[:, :width_out]
-    mask = (torch.arange(width_out)[None, :] < lengths[:, None]).float()
+    draw = device_generator(generator, device)
+    tokens = torch.full((batch, budget), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((batch, budget), dtype=torch.float32, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    rows = torch.arange(batch, device=device)  # the batch rows still running, in cache order
+    next_positions = positions[:, -1] + 1
+    for t in range(budget):
+        chosen, chosen_logp = sample_tokens(next_logits, params.temperature, params.top_p, draw)
+        alive = ~finished[rows]  # rows that finished since the last compaction draw nothing
+        tokens[rows, t] = torch.where(alive, chosen, pad_token_id)
+        logprobs[rows, t] = torch.where(alive, chosen_logp, 0.0)
+        lengths[rows] += alive.long()
+        finished[rows] |= alive & (chosen == eos_token_id)
+        if t == budget - 1:
+            break
+        if (t + 1) % every == 0:  # the one host sync of a check (rows left out are done)
+            running = ~finished[rows]
+            left = int(running.sum())
+            if left == 0:
+                break
+            if left <= 3 * len(rows) // 4:  # compact once a quarter is done
+                kept = running.nonzero().squeeze(-1)
+                rows, chosen, next_positions = rows[kept], chosen[kept], next_positions[kept]
+                keep_rows(kept)
+        next_logits = step(cache, chosen, next_positions)
+        next_positions = next_positions + 1
+    return _rollout(prompt_ids, tokens, logprobs, lengths, finished, policy_version)
+
+
+def _rollout(prompt_ids: list[list[int]], tokens: torch.Tensor, logprobs: torch.Tensor,
+             lengths: torch.Tensor, finished: torch.Tensor, policy_version: int) -> Rollout:
+    """The `Rollout` of a decode loop's device tensors, cut to the longest completion."""
+    lengths, finished = lengths.cpu(), finished.cpu()
+    width = max(int(lengths.max()), 1)
+    tokens, logprobs = tokens[:, :width].cpu(), logprobs[:, :width].cpu()
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
     reasons = ["stop" if f else "length" for f in finished.tolist()]
     return Rollout(prompt_ids=[list(p) for p in prompt_ids], completion_ids=tokens,
                    sampler_logprobs=logprobs * mask, mask=mask, lengths=lengths,
                    finish_reasons=reasons, policy_version=policy_version)
 
 
-def _compute_dtype(model, device: torch.device) -> torch.dtype:
-    """The dtype the caller's autocast (train.compute_dtype) computes in, else the model's."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return next(model.parameters()).dtype
+def _stepper(model, weights: DecoderWeights | None, cache: KVCache, static: bool):
+    """(a step (cache, tokens, positions) -> logits, how to keep only some rows of the
+    cache) for `generate`: the static step per bucket over a cache compacted in place, the
+    fused decode step over a shrinking cache, or the model's own forward."""
+    if static:
+        if weights is None:
+            raise ValueError("static_step needs a model the fused decoder supports "
+                             f"({', '.join(SUPPORTED_MODEL_TYPES)}) and fast_decode")
+        return BucketedDecodeStep(weights, cache), cache.compact_rows
+    return _step(model, weights, cache.keys.device), cache.keep_rows
 
 
 def forward_step(model, cache: KVCache, tokens: torch.Tensor,
@@ -276,16 +246,20 @@ def step_function(model, fast_decode: bool = True):
     [b, V] float32): `decoder.decode_step` over weights fused now where the architecture is
     supported (so call again after the weights change), else the model's forward."""
     device = next(model.parameters()).device
-    weights = DecoderWeights.from_model(model, _compute_dtype(model, device)) if fast_decode \
+    weights = DecoderWeights.from_model(model, decode_dtype(model)) if fast_decode \
         else None
+    return (weights.dtype if weights else None), _step(model, weights, device)
+
+
+def _step(model, weights: DecoderWeights | None, device: torch.device):
     if weights is None:
-        return None, functools.partial(forward_step, model)
+        return functools.partial(forward_step, model)
 
     def fast(cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device.type, enabled=False):  # the weights are cast already
             return decode_step(weights, cache, tokens, positions)
 
-    return weights.dtype, fast
+    return fast
 
 
 def decode_completions(tokenizer, rollout: Rollout) -> list[str]:
