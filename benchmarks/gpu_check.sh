@@ -15,9 +15,14 @@
 #    (bf16, built from a config: nothing is downloaded), the mixed-length workload, tokens/s
 #    and peak GPU memory;
 # 6. benchmarks/scale_check.py: the learner group, an engine placed beside it, weight sync;
+# 6b. issue 52's decode: tests/test_static_decode.py, benchmarks/decode_step.py (tokens/s,
+#    eager vs CUDA graphs, syncs per token step) and benchmarks/collect_gap.py (the loop's
+#    collect against generate alone), on the 0.5 B shape;
 # 7. Zero on CUDA (run right after step 2: it needs no vLLM and takes ~4 min): benchmarks/mcts.py
 #    with its GPU rows, tests/zero/test_zero_device.py (its CUDA tests), and a 2-iteration 7x7
 #    Go run with `device=cuda` (smaller self-play than the recipe), seconds per iteration.
+# PARTS picks groups (comma list of zero, trainer, decode, scale, vllm; empty: all), e.g.
+#   PARTS=decode OUT=runs/gpu_check bash benchmarks/gpu_check.sh   # issue 52's, ~6 minutes
 # Everything lands in $OUT: one log per part and summary.txt (one line per part, with its exit
 # status). A failing part is recorded and the next one still runs.
 #
@@ -42,6 +47,10 @@ mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 cd "$REPO"
+
+want() {  # want GROUP: whether PARTS (a comma list; empty: every group) names it
+  [ -z "${PARTS:-}" ] || [[ ",$PARTS," == *",$1,"* ]]
+}
 
 part() {  # part NAME COMMAND...: run, log to $OUT/NAME.log, record the exit status
   local name="$1"; shift
@@ -80,6 +89,7 @@ print("device", torch.cuda.get_device_name(0),
 "$PYTHON" -m pip freeze > "$OUT/pip_freeze.txt" 2>/dev/null
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 
+if want zero; then
 # Zero on CUDA (6). The Go run: 128 games in flight (one network call of 128 positions per
 # simulation step) and 128 per iteration instead of 256; min_replay 1024 so the learner trains
 # in both iterations. One summary line per iteration: wall seconds, self-play and learner
@@ -100,6 +110,9 @@ for r in map(json.loads, open(sys.argv[1])):
     before = r["counters/seconds"]
 EOF
 
+fi
+
+if want trainer; then
 # The trainer on CUDA: two steps of the quickstart recipe on the tiny model, then the 0.5 B
 # Qwen2 shape (one GRPO step, full fine-tuning and LoRA: step time and peak GPU memory).
 part trainer_init "$PYTHON" -c "from rlscale.rlvr.model import init_model; init_model('tiny', '$OUT/train_base')"
@@ -123,11 +136,35 @@ part trainer_05b "$PYTHON" benchmarks/memory.py --out "$OUT/memory" --steps 2 --
 part sampler_05b "$PYTHON" benchmarks/sampler_step.py --model 0.5b --device cuda --rows 32 \
   --tokens 128 --cache "$OUT/memory"
 
+fi
+
+if want decode; then
+# Issue 52's decode on the same model (~5 minutes): the static-decode tests on CUDA (the CUDA
+# graph path), decode tokens/s at 32/128/256 rows x 128/512 tokens with the eager step and the
+# static step replayed as CUDA graphs, the finished-row check every 1 and 8 token steps, and
+# host syncs per token step; then the GRPO step's collect against the same generate calls
+# alone, eager and with rollout.static_decode, with a profiler table of the last collect.
+part decode_tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_static_decode.py
+part decode_05b timeout 300 "$PYTHON" benchmarks/decode_step.py --models 0.5b --device cuda \
+  --dtype bfloat16 --rows 32,128,256 --tokens 128,512 --forms eager,static \
+  --eos-check-every 1,8 --steps 16 --repeats 2 --cache "$OUT/memory"
+part collect_gap_05b timeout 240 "$PYTHON" benchmarks/collect_gap.py --model 0.5b --device cuda \
+  --steps 3 --cache "$OUT/memory" --out "$OUT/collect_gap" --profile
+part collect_gap_05b_static timeout 240 "$PYTHON" benchmarks/collect_gap.py --model 0.5b \
+  --device cuda --steps 3 --cache "$OUT/memory" --out "$OUT/collect_gap_static" \
+  rollout.static_decode=true
+
+fi
+
+if want scale; then
 # Scale-out: the learner group (FSDP2; NCCL over 2+ GPUs, else gloo on the CPU; started by Ray
 # where it imports, else by torchrun) against one process, an engine placed on a GPU beside it,
 # and time/publish_s; one table.
 part scale timeout 420 "$PYTHON" benchmarks/scale_check.py --device cuda --out "$OUT/scale"
 
+fi
+
+if want vllm; then
 if "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
   part tests "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py
   # Small KV share: the figure of interest is the model's, not the preallocation's.
@@ -137,6 +174,7 @@ if "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
     --dtype bfloat16 --slots 256 --engine-arg gpu_memory_utilization=0.3 --json "$OUT/bench_05b.json"
 else
   echo "tests, bench_tiny, bench_05b: skipped (vllm not importable by $PYTHON)" | tee -a "$SUMMARY"
+fi
 fi
 
 echo "== summary ($SUMMARY)"
