@@ -159,7 +159,9 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
                                       attention_mask=attention[first],
                                       position_ids=positions[first])
     next_logits = logits.float()[repeats]
-    if fast_decode and decode_weights is None:
+    if not fast_decode:
+        decode_weights = None
+    elif decode_weights is None:
         decode_weights = DecoderWeights.from_model(model, decode_dtype(model))
     cache = KVCache.from_prefill(hf_cache, attention[first], input_ids.shape[1] + budget,
                                  decode_weights.dtype if decode_weights else None)
