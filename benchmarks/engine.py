@@ -13,7 +13,8 @@ the model's own forward (`fast_decode=False`), which shows what the decode steps
 `--clock cpu` times each runner by the process's CPU time instead of the wall clock: with one
 thread, a fairer measure on a machine that other jobs share.
 
-`--models` takes the presets `tiny` and `small` (character vocabulary, freshly initialised) and
+`--models` takes the presets `tiny`, `small` and `medium` (character vocabulary, freshly
+initialised; `small` was a 4.4 M model of its own before 2026-12-05) and
 NAME=PATH for a local Hugging Face folder with its own tokenizer, e.g. SmolLM2-135M-Instruct
 with its 49,152-token BPE vocabulary (`make smollm` imports it to runs/smollm/base):
 
@@ -31,7 +32,7 @@ import time
 import numpy as np
 import torch
 
-from rlscale.rlvr.model import build_char_tokenizer, build_tiny_model
+from rlscale.rlvr.model import TINY_PRESETS, build_char_tokenizer, build_tiny_model
 from rlscale.rlvr.rollout.engine import ContinuousBatchingEngine
 from rlscale.rlvr.rollout.sampler import SamplingParams, generate
 from rlscale.rlvr.rollout.types import EngineSampling, GenerationRequest
@@ -50,8 +51,8 @@ def mixed_length_workload(requests: int = 256, seed: int = 0, median: float = 24
 
 
 def build_model(size: str):
-    """(model, tokenizer): `tiny` is the quickstart's 0.8 M model; `small` a 4.4 M one of the
-    same family; NAME=PATH a local Hugging Face folder and its own tokenizer."""
+    """(model, tokenizer): a preset of the library (`tiny` is the quickstart's 0.8 M model);
+    NAME=PATH a local Hugging Face folder and its own tokenizer."""
     if "=" in size:
         from rlscale.rlvr.model import load_model
 
@@ -61,19 +62,12 @@ def build_model(size: str):
 
 
 def build_char_model(size: str):
-    if size == "tiny":
-        model, _ = build_tiny_model("tiny", seed=0, max_positions=512)
-        return model.eval()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = build_char_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=688,
-                      num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
-                      max_position_embeddings=512, tie_word_embeddings=True,
-                      bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).eval()
+    """A library preset (tiny 0.8 M, small 6.3 M, medium 31.5 M), freshly initialised."""
+    if size not in TINY_PRESETS:
+        raise SystemExit(f"error: unknown model {size!r}: a preset ({', '.join(TINY_PRESETS)}) "
+                         "or NAME=PATH")
+    model, _ = build_tiny_model(size, seed=0, max_positions=512)
+    return model.eval()
 
 
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}

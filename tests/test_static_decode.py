@@ -217,3 +217,11 @@ def test_a_run_logs_the_samplers_time_inside_the_collect(tmp_path, tiny_model_di
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     for row in map(json.loads, lines):
         assert 0 < row["time/generate_s"] <= row["time/collect_s"]
+
+
+def test_the_models_own_forward_ignores_decode_weights_passed_in(model):
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    weights = DecodeWeightsCache().get(model, 0)
+    forward = run(model, params, eos=-1, fast_decode=False)
+    assert torch.equal(run(model, params, eos=-1, fast_decode=False,
+                           decode_weights=weights).completion_ids, forward.completion_ids)
