@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from sampler_step import load, synchronize  # benchmarks/sampler_step.py, beside this file
+from sampler_step import load, synchronize, timed_ms  # benchmarks/sampler_step.py, beside this file
 
 from rlscale.rlvr.model import DTYPES
 from rlscale.rlvr.rollout import decoder
@@ -100,13 +100,7 @@ def projections_ms(w: decoder.DecoderWeights, rows: int, steps: int,
         for layer in w.layers:
             layer.qkv(x), layer.out(attn), layer.gate_up(x), layer.down(hidden)
         w.lm_head(x)
-    run()
-    synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        run()
-    synchronize(device)
-    return (time.perf_counter() - t0) / steps * 1e3
+    return timed_ms(run, device, steps)
 
 
 def time_form(form: Form, rows: int, steps: int, device: torch.device) -> float:

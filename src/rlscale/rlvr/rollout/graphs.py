@@ -38,7 +38,7 @@ class BucketedDecodeStep:
 
     def __init__(self, weights: DecoderWeights, cache: KVCache) -> None:
         if cache.start != 0:
-            raise ValueError("a graphed cache's window must start at column 0")
+            raise ValueError("a static step's cache window must start at column 0")
         device, rows = cache.keys.device, cache.keys.shape[1]
         self.weights, self.cache = weights, cache
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
@@ -51,7 +51,7 @@ class BucketedDecodeStep:
     def __call__(self, cache: KVCache, tokens: torch.Tensor,
                  positions: torch.Tensor) -> torch.Tensor:
         if cache is not self.cache:
-            raise ValueError("a graphed step serves the cache it was built on")
+            raise ValueError("a static step serves the cache it was built on")
         if cache.end >= cache.capacity:
             raise ValueError(f"the cache is full ({cache.capacity} columns)")
         count = tokens.shape[0]
@@ -60,7 +60,8 @@ class BucketedDecodeStep:
         self.positions[:count].copy_(positions)
         cache.end += 1
         if not self.captures:
-            return static_decode_step(*self._arguments(bucket))[:count]
+            with torch.autocast(cache.keys.device.type, enabled=False):  # weights cast already
+                return static_decode_step(*self._arguments(bucket))[:count]
         if bucket not in self.graphs:
             self._capture(bucket)
         self.graphs[bucket].replay()
