@@ -140,11 +140,11 @@ def test_the_same_seed_draws_the_same_tokens_and_the_cpu_keeps_its_generator(mod
 
 
 def draw_frequencies(device: str, vocab: int, temperature: float, top_p: float):
-    """(sampled frequencies, the distribution sampled from, the draws) for 200,000 rows of
+    """(sampled frequencies, the distribution sampled from, the draws) for 50,000 rows of
     one logit vector, drawn by `sample_tokens` with a generator on `device`."""
     logits = torch.randn(vocab, generator=torch.Generator().manual_seed(0)) * 2
     probs = top_p_filter(logits / temperature, top_p).softmax(-1).double()
-    draws = 200_000
+    draws = 50_000
     generator = device_generator(torch.Generator().manual_seed(1), torch.device(device))
     chosen, logp = sample_tokens(logits.to(device).expand(draws, vocab), temperature, top_p,
                                  generator)
