@@ -154,15 +154,15 @@ class DecoderWeights:
 
     @classmethod
     def from_model(cls, model, dtype: torch.dtype | None = None) -> DecoderWeights | None:
-        """Fused weights of `model` in `dtype` (default: the model's), or None when the model
-        is not a supported architecture. A peft LoRA model is decoded with its adapters
+        """Fused weights of `model` in `dtype` (default: `decode_dtype`, the caller's autocast
+        dtype, else the model's), or None when the model is not a supported architecture. A peft LoRA model is decoded with its adapters
         folded in (W + scale B A, computed here, the model untouched)."""
         if hasattr(model, "peft_config"):
             model = model.get_base_model()
         if not _supported(model):
             return None
         cfg, inner = model.config, model.model
-        dtype = dtype or model.lm_head.weight.dtype
+        dtype = dtype or decode_dtype(model)
         layers = tuple(_layer_weights(layer, dtype) for layer in inner.layers)
         attn = inner.layers[0].self_attn
         return cls(layers=layers, embed=inner.embed_tokens.weight.detach().to(dtype),

@@ -42,7 +42,7 @@ from transformers import DynamicCache
 from ...runtime.weight_sync import WeightPacket, unpack_weights
 from .decoder import decode_dtype
 from .kv_cache import KVCache
-from .sampler import cached_forward, shared_prefills, step_function
+from .sampler import cached_forward, left_padded, shared_prefills, step_function
 from .sampling import sample_next
 from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
@@ -303,14 +303,7 @@ class ContinuousBatchingEngine:
         admitted together share one): every sequence's cache, mask and last logits."""
         first, repeats = shared_prefills(sequences)
         distinct = [sequences[i] for i in first.tolist()]
-        width = max(len(s) for s in distinct)
-        ids = torch.full((len(distinct), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(distinct), width), dtype=torch.long)
-        for i, seq in enumerate(distinct):
-            ids[i, width - len(seq):] = torch.tensor(seq)
-            attention[i, width - len(seq):] = 1
-        ids, attention = ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        ids, attention, positions = left_padded(distinct, self.pad_token_id, self.device)
         logits, cache = cached_forward(self.model, None, input_ids=ids, attention_mask=attention,
                                        position_ids=positions)
         if len(distinct) < len(sequences):

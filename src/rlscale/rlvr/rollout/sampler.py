@@ -18,7 +18,7 @@ import transformers
 from packaging.version import Version
 from transformers import DynamicCache
 
-from .decoder import SUPPORTED_MODEL_TYPES, DecoderWeights, decode_dtype, decode_step
+from .decoder import SUPPORTED_MODEL_TYPES, DecoderWeights, decode_step
 from .graphs import BucketedDecodeStep
 from .kv_cache import KVCache
 from .sampling import CDF_MIN_VOCAB, device_generator, sample_by_cdf, sample_next, sample_tokens
@@ -116,7 +116,7 @@ def shared_prefills(prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Te
 EOS_CHECK_EVERY_GPU = 8
 
 
-def _left_padded(prompt_ids: list[list[int]], pad_token_id: int,
+def left_padded(prompt_ids: list[list[int]], pad_token_id: int,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input ids, attention mask, positions), each [B, P]: every prompt ends at column P."""
     width = max(len(p) for p in prompt_ids)
@@ -153,7 +153,7 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     batch, budget = len(prompt_ids), params.max_new_tokens
     device = next(model.parameters()).device
     every = eos_check_every or (1 if device.type == "cpu" else EOS_CHECK_EVERY_GPU)
-    input_ids, attention, positions = _left_padded(prompt_ids, pad_token_id, device)
+    input_ids, attention, positions = left_padded(prompt_ids, pad_token_id, device)
     first, repeats = (x.to(device) for x in shared_prefills(prompt_ids))
     logits, hf_cache = cached_forward(model, None, input_ids=input_ids[first],
                                       attention_mask=attention[first],
@@ -162,7 +162,7 @@ def generate(model, prompt_ids: list[list[int]], params: SamplingParams, *, eos_
     if not fast_decode:
         decode_weights = None
     elif decode_weights is None:
-        decode_weights = DecoderWeights.from_model(model, decode_dtype(model))
+        decode_weights = DecoderWeights.from_model(model)
     cache = KVCache.from_prefill(hf_cache, attention[first], input_ids.shape[1] + budget,
                                  decode_weights.dtype if decode_weights else None)
     del hf_cache
@@ -248,8 +248,7 @@ def step_function(model, fast_decode: bool = True):
     [b, V] float32): `decoder.decode_step` over weights fused now where the architecture is
     supported (so call again after the weights change), else the model's forward."""
     device = next(model.parameters()).device
-    weights = DecoderWeights.from_model(model, decode_dtype(model)) if fast_decode \
-        else None
+    weights = DecoderWeights.from_model(model) if fast_decode else None
     return (weights.dtype if weights else None), _step(model, weights, device)
 
 
