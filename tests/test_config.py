@@ -181,7 +181,9 @@ def test_resolved_objective_takes_the_preset(tmp_path):
     assert (loss.is_correction, loss.is_threshold) == ("none", 2.0)
     assert loss.length_penalty_per_token == 0.0 and loss.adaptive_length_penalty == 0.0
     assert loss.entropy_top_rho == 1.0
-    assert loss == Objective(**{**asdict(PRESETS["dapo"]), "norm_length": 8})
+    assert loss.critic_lr == cfg.train.lr  # None -> train.lr
+    assert loss == Objective(**{**asdict(PRESETS["dapo"]), "norm_length": 8,
+                                "critic_lr": cfg.train.lr})
 
 
 def test_resolved_objective_overrides_win(tmp_path):

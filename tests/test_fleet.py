@@ -105,6 +105,20 @@ def test_async_k0_is_on_policy_and_two_factors_are_logged(tmp_path, tiny_model_d
         assert 0 < row["time/weight_load_s"] < row["time/publish_s"]
 
 
+def test_ppo_with_a_critic_trains_behind_the_async_fleet(tmp_path, tiny_model_dir):
+    """objective ppo on the fleet: one completion per prompt, the critic's GAE and update in
+    the learner, whatever the source of the batch."""
+    cfg = config(tmp_path, tiny_model_dir, "async", k=1, **{
+        "train.steps": 3, "objective": "ppo", "rollout.group_size": 1,
+        "rollout.prompts_per_step": 8})
+    RLVRRun(cfg).train()
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 3
+    for row in rows:
+        assert row["staleness/lag_max"] <= 1
+        assert row["critic/value_loss"] >= 0 and "critic/value_error_first_third" in row
+
+
 def test_killed_trainer_resumes_and_counts_what_was_in_flight(tmp_path, tiny_model_dir):
     """SIGKILL the whole training process mid-run: Ray's processes go with it, and
     `--resume` continues from the last checkpoint, every step logged exactly once."""

@@ -1,7 +1,10 @@
 """GRPO learns: a short run with a fixed seed raises the measured reward by a clear margin."""
 
+import json
+
 import pytest
 
+from cores import every_core
 from rlscale.config import build_config, load_config
 from rlscale.rlvr.config import RLVRConfig, SFTConfig
 from rlscale.rlvr.distill import sft
@@ -58,30 +61,44 @@ def test_grpo_raises_reward_with_margin(tmp_path):
 # guesses 0.48 -> 0.02.
 REASONING_OPTIONS = {"min_terms": 2, "max_terms": 3, "max_digits": 1,
                      "strategies": {"guess": 0.5, "plain": 0.25, "careful": 0.25}}
+REASONING_TASK = {"name": "long_arithmetic", "options": REASONING_OPTIONS}
 
 
-def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path, all_cores):
-    task_cfg = {"name": "long_arithmetic", "options": REASONING_OPTIONS}
-    base = sft(build_config(SFTConfig, {
-        "init_preset": "tiny", "out": str(tmp_path / "base"), "run_dir": str(tmp_path / "sft"),
-        "task": task_cfg, "data": {"examples": 4000}, "steps": 450, "batch_size": 64,
-        "lr": 3e-3, "warmup_steps": 20, "pack": True, "compute_dtype": "float32",
-        "tensorboard": False, "progress": False}))
+@pytest.fixture(scope="module")
+def reasoning_base(tmp_path_factory):
+    """The SFT base both reasoning learning tests start from (~50 s on 2 cores)."""
+    root = tmp_path_factory.mktemp("reasoning")
+    with every_core():
+        return sft(build_config(SFTConfig, {
+        "init_preset": "tiny", "out": str(root / "base"), "run_dir": str(root / "sft"),
+            "task": REASONING_TASK, "data": {"examples": 4000}, "steps": 450,
+            "batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "pack": True,
+            "compute_dtype": "float32", "tensorboard": False, "progress": False}))
+
+
+def measure_reasoning(model_dir):
+    model, tokenizer = load_model(model_dir)
     task = make_task("long_arithmetic", **REASONING_OPTIONS)
+    return evaluate(model, tokenizer, task, split="test", seed=7, prompts=128, samples=4,
+                    ks=(1,), max_new_tokens=64)
 
-    def measure_reasoning(model_dir):
-        model, tokenizer = load_model(model_dir)
-        return evaluate(model, tokenizer, task, split="test", seed=7, prompts=128, samples=4,
-                        ks=(1,), max_new_tokens=64)
 
-    before = measure_reasoning(base)
-    cfg = build_config(RLVRConfig, {
-        "model": {"path": str(base)}, "run_dir": str(tmp_path / "grpo"), "task": task_cfg,
-        "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 64},
-        "train": {"steps": 120, "lr": 3e-4, "warmup_steps": 5, "pack": True,
-                  "compute_dtype": "float32"},
-        "loss": {"kl_coef": 0}, "checkpoint": {"every": 0}, "tensorboard": False,
-        "progress": False})
+def reasoning_config(run_dir, **sections):
+    """The reasoning learning tests' RL config: 128 completions a step, `sections` on top."""
+    cfg = {"model": {"path": ""}, "run_dir": str(run_dir), "task": REASONING_TASK,
+           "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 64},
+           "train": {"steps": 120, "lr": 3e-4, "warmup_steps": 5, "pack": True,
+                     "compute_dtype": "float32"},
+           "loss": {"kl_coef": 0}, "checkpoint": {"every": 0}, "tensorboard": False,
+           "progress": False}
+    for key, values in sections.items():
+        cfg[key] = {**cfg[key], **values} if isinstance(values, dict) else values
+    return build_config(RLVRConfig, cfg)
+
+
+def test_grpo_on_reasoning_traces_raises_pass1_with_margin(reasoning_base, tmp_path, all_cores):
+    before = measure_reasoning(reasoning_base)
+    cfg = reasoning_config(tmp_path / "grpo", model={"path": str(reasoning_base)})
     after = measure_reasoning(train(cfg))
     b, a = before.pass_at[1], after.pass_at[1]
     guesses = before.details["behaviour/guess"], after.details["behaviour/guess"]
@@ -89,4 +106,21 @@ def test_grpo_on_reasoning_traces_raises_pass1_with_margin(tmp_path, all_cores):
           f"{guesses[0]:.2f} -> {guesses[1]:.2f}")
     assert 0.08 < b < 0.6, f"base model out of the useful range: {b:.3f}"
     assert guesses[0] > 0.3 and guesses[1] < guesses[0] - 0.25, guesses
+    assert a >= b + 0.05, f"pass@1 {b:.3f} -> {a:.3f}"
+
+
+def test_ppo_with_a_learned_critic_on_reasoning_traces_raises_pass1(reasoning_base, tmp_path,
+                                                                   all_cores):
+    """PPO (objective ppo): one completion per prompt, its baseline a value model trained
+    beside the policy; the same 128 completions a step as GRPO's 16 x 8."""
+    before = measure_reasoning(reasoning_base)
+    cfg = reasoning_config(tmp_path / "ppo", objective="ppo",
+                           model={"path": str(reasoning_base)},
+                           rollout={"prompts_per_step": 128, "group_size": 1})
+    after = measure_reasoning(train(cfg))
+    rows = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text()
+            .splitlines()]
+    first, last = rows[0]["critic/value_loss"], rows[-1]["critic/value_loss"]
+    b, a = before.pass_at[1], after.pass_at[1]
+    print(f"ppo learning test: pass@1 {b:.3f} -> {a:.3f}; value loss {first:.4f} -> {last:.4f}")
     assert a >= b + 0.05, f"pass@1 {b:.3f} -> {a:.3f}"

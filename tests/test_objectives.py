@@ -486,7 +486,7 @@ def test_presets_are_complete_and_valid():
     refinements = {"is_correction": "none", "is_threshold": 2.0,
                    "length_penalty_per_token": 0.0, "adaptive_length_penalty": 0.0,
                    "entropy_top_rho": 1.0}
-    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence", "opd"}
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "gspo", "sequence", "opd", "ppo"}
     for preset in PRESETS.values():
         assert isinstance(preset, Objective)
         assert {k: getattr(preset, k) for k in refinements} == refinements

@@ -96,6 +96,13 @@ def leave_one_out_std_normalized_advantages(rewards: Tensor, group_size: int) ->
     return group_advantages(rewards, group_size, std_normalize=True, leave_one_out=True)
 
 
+@register_advantage_estimator("reward")
+def reward_advantages(rewards: Tensor, group_size: int) -> Tensor:
+    """No baseline: `A_i = R_i`. PPO's (objective `ppo`): its critic's GAE turns the rewards
+    into per-token advantages inside the step (rlvr.critic)."""
+    return rewards.detach().float().clone()
+
+
 def estimator_name(*, std_normalize: bool, leave_one_out: bool) -> str:
     """The registered estimator the two `loss.advantage_*` switches choose."""
     base = "leave_one_out" if leave_one_out else "group_mean"

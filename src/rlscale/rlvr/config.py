@@ -102,7 +102,8 @@ class TaskConfig(StrictModel):
 
 class RolloutConfig(StrictModel):
     prompts_per_step: int = Field(32, ge=1)
-    group_size: int = Field(8, ge=2, description="completions per prompt (G)")
+    group_size: int = Field(8, ge=1, description="completions per prompt (G); 1 only with a "
+                            "learned critic (objective ppo): a group of one has no baseline")
     max_new_tokens: int = Field(8, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -138,6 +139,12 @@ LOSS_HELP = {
     "kl_coef": "beta, KL to the frozen reference",
     "reward_weight": "weight of the verifier's advantage (opd: 0; > 0 mixes it in)",
     "teacher_weight": "weight of the teacher's per-token advantage (needs teacher.path)",
+    "critic": "PPO: per-token advantages by GAE from a learned value model (objective ppo)",
+    "gae_gamma": "GAE's discount (with loss.critic); 1: the terminal reward reaches every token",
+    "gae_lambda": "GAE's lambda (with loss.critic); 1: A_t = R - V(s_t) under a terminal reward",
+    "value_clip": "the critic's value clipping range around its values before the step (0: off)",
+    "critic_lr": "the critic's learning rate (null: train.lr)",
+    "whiten_advantages": "standardise the critic's advantages over the batch's tokens",
 }
 
 
@@ -346,6 +353,15 @@ class RLVRConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _a_baseline_for_every_completion(self) -> RLVRConfig:
+        if (self.rollout.group_size == 1 and self.objective in PRESETS
+                and not self.resolved_objective().critic):
+            raise ValueError(f"rollout.group_size 1 leaves objective '{self.objective}' no "
+                             "baseline (every advantage 0): use group_size >= 2, or a learned "
+                             "critic (objective ppo)")
+        return self
+
+    @model_validator(mode="after")
     def _what_a_learner_group_trains(self) -> RLVRConfig:
         """What the sharded learner (train.learner_processes > 1) is not built for, by name."""
         if self.train.learner_processes == 1:
@@ -353,7 +369,9 @@ class RLVRConfig(StrictModel):
         unbuilt = [name for name, asked in (
             ("model.lora", self.model.lora is not None),
             ("train.compile", self.train.compile),
-            ("a teacher (objective opd / loss.teacher_weight)", self.teacher is not None))
+            ("a teacher (objective opd / loss.teacher_weight)", self.teacher is not None),
+            ("a learned critic (objective ppo / loss.critic)",
+             self.objective in PRESETS and self.resolved_objective().critic))
             if asked]
         if unbuilt:
             raise ValueError(f"train.learner_processes > 1 with {', '.join(unbuilt)} is not "
@@ -401,6 +419,8 @@ class RLVRConfig(StrictModel):
         objective = replace(PRESETS[self.objective], **self.loss.model_dump(exclude_none=True))
         if objective.norm_length is None:
             objective = replace(objective, norm_length=self.rollout.max_new_tokens)
+        if objective.critic_lr is None:
+            objective = replace(objective, critic_lr=self.train.lr)
         return objective
 
 

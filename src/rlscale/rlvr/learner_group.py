@@ -56,8 +56,9 @@ class LocalLearner:
     def state(self) -> dict[str, Any]:
         """What trainer_state.pt keeps of the learner."""
         t = self.trainer
+        critic = t.loss.critic
         return {"optimizer": t.optimizer.state_dict(), "scheduler": t.scheduler.state_dict(),
-                "version": t.version}
+                "version": t.version, "critic": None if critic is None else critic.state()}
 
     def save(self, folder: Path) -> dict[str, Any]:
         return self.state()
@@ -73,6 +74,11 @@ class LocalLearner:
         t.scheduler.load_state_dict(state["scheduler"])
         t.set_lr(lr, weight_decay)
         t.version = state["version"]
+        if t.loss.critic is not None:
+            if state.get("critic") is None:
+                raise ValueError(f"the checkpoint in {folder} has no critic: it was not saved "
+                                 "by a run with a learned critic (objective ppo)")
+            t.loss.critic.load(state["critic"])
 
     def close(self) -> None:
         return None

@@ -384,6 +384,17 @@ class Objective:
     # needs `teacher.path` and token ratios)
     reward_weight: float = _number(1.0, ge=0)
     teacher_weight: float = _number(0.0, ge=0)
+    # PPO's learned critic (rlvr.critic): per-token advantages by GAE(gamma, lambda) from a
+    # value model trained beside the policy (its loss clipped at `value_clip`, its learning
+    # rate `critic_lr`, None: train.lr), instead of the group's baseline; the sequence
+    # estimator then passes the rewards through. `whiten_advantages` standardises the
+    # advantages over the batch's tokens.
+    critic: bool = False
+    gae_gamma: float = _number(1.0, ge=0, le=1)
+    gae_lambda: float = _number(1.0, ge=0, le=1)
+    value_clip: float = _number(0.2, ge=0)
+    critic_lr: float | None = _number(None, gt=0)
+    whiten_advantages: bool = False
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -397,6 +408,12 @@ class Objective:
         if self.teacher_weight and self.ratio_level != "token":
             raise ValueError(f"teacher_weight > 0 gives per-token advantages, which need "
                              f"ratio_level 'token' (got {self.ratio_level!r})")
+        if self.critic and self.ratio_level != "token":
+            raise ValueError(f"critic gives per-token advantages, which need ratio_level "
+                             f"'token' (got {self.ratio_level!r})")
+        if self.critic and self.teacher_weight:
+            raise ValueError("critic and teacher_weight > 0 both set the per-token advantages: "
+                             "choose one")
 
     @property
     def uses_teacher(self) -> bool:
@@ -405,7 +422,10 @@ class Objective:
     @property
     def advantage_estimator(self) -> str:
         """The registered sequence estimator (advantages.ADVANTAGE_ESTIMATORS) the two
-        `advantage_*` switches choose."""
+        `advantage_*` switches choose; with a critic, the rewards themselves (its GAE
+        forms the advantages)."""
+        if self.critic:
+            return "reward"
         return advantage_estimator_name(std_normalize=self.advantage_std_normalize,
                                         leave_one_out=self.advantage_leave_one_out)
 
@@ -444,6 +464,15 @@ PRESETS: dict[str, Objective] = {
     "sequence": Objective(
         advantage_std_normalize=False, ratio_level="sequence", clip_low=0.2, clip_high=0.2,
         aggregation="seq-mean-token-mean", kl_coef=0.0),
+    # PPO with a learned critic (Schulman et al. 2017; as Open-Reasoner-Zero, Hu et al. 2025,
+    # runs it on verifiable rewards): a value model beside the policy, GAE with gamma =
+    # lambda = 1 (the reward is terminal: A_t = R - V(s_t)), value clipping at 0.2, the
+    # advantages whitened over the batch's tokens, token ratios clipped at 0.2, token mean,
+    # no KL. Groups are not needed (rollout.group_size 1 is the classic set-up).
+    "ppo": Objective(
+        ratio_level="token", clip_low=0.2, clip_high=0.2, aggregation="token-mean",
+        kl_coef=0.0, critic=True, gae_gamma=1.0, gae_lambda=1.0, value_clip=0.2,
+        whiten_advantages=True),
     # On-policy distillation (Agarwal et al. 2024; Thinking Machines 2025): per-token
     # advantages from the teacher's log-probs on the student's samples (teacher_advantages),
     # through the same clipped token ratio; token mean, since every token carries its own

@@ -4,8 +4,9 @@ The trainer (trainer.py) does forward, loss, backward and optimiser step, and kn
 algorithm. Everything that differs between objectives reaches it through a `StepLoss`:
 whether a reference forward is needed (the KL term), which tokens get the gradient (the
 top-rho entropy tokens, or all), the loss's inputs built from a micro-batch's forward and
-pi_old (the teacher's per-token term, the reference log-probs), the loss itself, and the
-step-level figures an objective adds (the reverse KL to a teacher).
+pi_old (the teacher's per-token term, the reference log-probs), the loss itself, the
+step-level figures an objective adds (the reverse KL to a teacher), and with PPO's critic
+the step's per-token advantages before the update and the critic's own update after it.
 """
 
 from __future__ import annotations
@@ -13,19 +14,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from .advantages import reverse_kl_per_token, teacher_mixed_advantages
 from .batch import MicroBatch, PolicyBatch
+from .critic import Critic, CriticTargets, critic_advantages
 from .objectives import LossInputs, LossOutput, Objective, policy_loss
 from .token_math import top_entropy_mask
 
 
 @dataclass(frozen=True)
 class StepLoss:
-    """The loss of one `Objective` as a trainer step uses it."""
+    """The loss of one `Objective` as a trainer step uses it; `critic`: the value model of
+    an objective with `critic` set (PPO), None otherwise."""
 
     objective: Objective
+    critic: Critic | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective.critic != (self.critic is not None):
+            raise ValueError("an objective with critic set needs a Critic, and only it")
+
+    def prepare(self, batch: PolicyBatch) -> tuple[PolicyBatch, CriticTargets | None,
+                                                    dict[str, float]]:
+        """The batch the step trains on, before its update: with a critic, its rewards
+        turned into per-token GAE advantages, with the critic's targets and figures."""
+        if self.critic is None:
+            return batch, None, {}
+        o = self.objective
+        return critic_advantages(self.critic, batch, gamma=o.gae_gamma, lam=o.gae_lambda,
+                                 whiten_advantages=o.whiten_advantages)
+
+    def finish(self, batch: PolicyBatch, targets: CriticTargets | None,
+               generator: torch.Generator | None) -> dict[str, float]:
+        """After the policy's update: the critic's own, on the same batch."""
+        if self.critic is None or targets is None:
+            return {}
+        return self.critic.fit(batch, targets, generator)
 
     @property
     def needs_reference(self) -> bool:

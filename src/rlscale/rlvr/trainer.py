@@ -212,7 +212,7 @@ class PolicyTrainer:
     # -- the update ----------------------------------------------------------------------
     def step(self, batch: PolicyBatch, generator: torch.Generator | None = None) -> StepResult:
         self.model.train()
-        batch = batch.to(self.device)
+        batch, critic_targets, critic_metrics = self.loss.prepare(batch.to(self.device))
         lengths = batch.lengths()
         # pi_old is the trainer's own recomputation in its own dtype, whoever sampled the batch
         # (the engine's mu may come from other weights, another dtype or process). With one
@@ -269,6 +269,8 @@ class PolicyTrainer:
         metrics["policy/lr"] = self.scheduler.get_last_lr()[0]
         metrics["policy/old_logp_forward_skipped"] = float(single_pass)
         metrics.update(self.loss.step_metrics(batch, logp_before))
+        metrics.update(critic_metrics)
+        metrics.update(self.loss.finish(batch, critic_targets, generator))
         return StepResult(metrics, logp_before, entropy_first)
 
     @torch.no_grad()
