@@ -30,7 +30,7 @@ def run_command(
     quick: Annotated[bool, typer.Option(
         help="CI-sized budget: a small base model, a few steps, one seed")] = False,
     seeds: Annotated[int | None, typer.Option(
-        help="training seeds (default: 2 at full budget, 1 with --quick)")] = None,
+        help="training seeds (default: 4 at full budget, 1 with --quick)")] = None,
     out: Annotated[Path | None, typer.Option(
         help="experiments folder; writes OUT/NAME and the shared base OUT/base (default "
              "runs/experiments, or runs/experiments-quick with --quick)")] = None,

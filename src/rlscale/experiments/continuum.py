@@ -330,4 +330,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: teacher ~4 min; per seed SFT+DFT ~3, OPD ~5, GRPO ~4; measuring ~6 (43.7
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=35)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=17.5)

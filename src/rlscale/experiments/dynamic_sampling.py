@@ -186,4 +186,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 17.4 min (fp32, 2026-12-03): 2 seeds x 80 steps off and on (2.1x the tokens)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=17)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=8.5)

@@ -138,4 +138,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 12.8 (fp32, 2026-12-03): 4 x 100 GRPO steps + evals
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=13)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=6.5)

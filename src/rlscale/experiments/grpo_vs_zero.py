@@ -205,4 +205,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 3.8 min with --seeds 4 (2026-12-03, 2 threads)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=4, needs_base=False)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=1, needs_base=False)

@@ -221,4 +221,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=21, needs_base=False)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=10.5, needs_base=False)

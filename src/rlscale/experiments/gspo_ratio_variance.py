@@ -211,4 +211,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: 2 seeds x 40 steps of 16 updates (~4 s each with sampling and the extra forwards)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=6)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=3)

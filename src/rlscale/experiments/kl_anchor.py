@@ -76,8 +76,9 @@ def analyse(numbers: Numbers) -> Analysis:
     top = f"beta {BETAS[-1]:g} - beta 0"
     effects = [
         Effect(f"KL to reference: {top}", paired(zero["kl_to_reference"], high["kl_to_reference"]),
-               expected_sign=-1),
-        Effect(f"entropy: {top}", paired(zero["entropy"], high["entropy"]), expected_sign=+1),
+               expected_sign=-1, min_effect=0.005),
+        Effect(f"entropy: {top}", paired(zero["entropy"], high["entropy"]), expected_sign=+1,
+               min_effect=0.02),
         Effect(f"KL to reference: beta {BETAS[1]:g} - beta 0",
                paired(zero["kl_to_reference"], mid["kl_to_reference"]), expected_sign=-1,
                primary=False),
@@ -137,4 +138,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: 6 x 100 GRPO steps (~14 min, a reference forward for beta > 0) + measuring
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=15)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=7.5)

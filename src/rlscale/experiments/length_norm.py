@@ -146,4 +146,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 23.7 (fp32, 2026-12-03): 6 x 100 GRPO steps + 8 evals
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=24)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=12)

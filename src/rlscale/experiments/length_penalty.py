@@ -153,4 +153,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 16.1 (fp32, 2026-12-03): 6 x 100 GRPO steps + 6 evals
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=16)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=8)

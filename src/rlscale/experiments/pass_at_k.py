@@ -113,4 +113,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: 2 x 100 GRPO steps (~4 min) + 8 evals of 12,800 samples (~7 min)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=11)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=5.5)

@@ -8,17 +8,20 @@ that reproduces it. An experiment without a saved result is listed with its comm
 from __future__ import annotations
 
 import json
+import re
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .record import ExperimentResult, Table, load_result
 from .registry import EXPERIMENTS
 from .setup import FULL, QUICK, SFTArm
 from .spec import Experiment
-from .verdict import Z, describe
+from .verdict import ALPHA, POWER, could_show, describe, power_statement
 
 SEED_KEYS = ("train.seed=", "seed=", "data.seed=")  # what differs between an arm's seeds
+# The report before verdicts had a stated error rate and every section a saved result.
+PREVIOUS_REPORT = Path("docs/history/experiments-2026-12-03.md")
 
 HEADER = """# The field's claims, measured
 
@@ -26,19 +29,28 @@ Each section is one `rlscale experiments` experiment on the reasoning task
 ([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero*`) on
 tic-tac-toe or Connect Four, whose exact solutions judge a network: a claim from the
 literature, the runs that test it (the library's own configs and training loops), a figure,
-and a verdict computed from the numbers.
+and a verdict computed from the numbers. Every section is generated from a saved result
+(docs/experiments/NAME.json); an experiment without one has no verdict here.
 
 How a verdict is reached: every effect is measured once per seed (a paired difference, e.g.
-arm B minus arm A trained with the same seed); its estimate is the mean over seeds with the
-standard error sd/sqrt(n). An effect *supports* the claim when it has the predicted sign and
-is at least {z:g} standard errors (and the effect's stated minimum) away from zero,
-*contradicts* it when the same holds for the opposite sign, and is *inconclusive* otherwise;
-one seed is always inconclusive. A claim is contradicted by any primary effect that
-contradicts it, supported only when all its primary effects support it.
+arm B minus arm A trained with the same seed); its estimate is the mean over the n seeds and
+its {confidence:.0%} interval `mean ± t SE`, with Student's t at n - 1 degrees of freedom. An
+effect *supports* the claim when the interval excludes 0 on the predicted side and the mean
+is at least the effect's stated minimum (`min`, the smallest size that matters, fixed before
+the run), *contradicts* it when the same holds for the opposite sign, and is *inconclusive*
+otherwise; one seed is always inconclusive. Under no effect, a false call (either way) has
+probability <= {alpha:.0%} per effect (tests/test_experiments.py measures it by simulation). A
+claim is contradicted by any primary effect that contradicts it, supported only when all its
+primary effects support it.
+
+**Power**: *detects* is the smallest true effect whose interval would exclude 0 with
+probability {power:.0%} at the observed spread, `(t_(1-alpha/2) + t_power) SE`. A set-up
+*could show* an effect when that is at most the effect's `min`; where it could not, an
+inconclusive verdict is no evidence that the effect is absent.
 
 ```bash
 rlscale experiments list                    # the experiments and their claims
-rlscale experiments run NAME                # full budget, 2 seeds (4-55 min each measured on 2 cores)
+rlscale experiments run NAME                # full budget, {seeds} seeds
 rlscale experiments run NAME --quick        # CI-sized smoke run, 1 seed
 rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
 rlscale experiments report                  # this file, from runs/experiments/*/result.json
@@ -58,11 +70,12 @@ def _wall_time(result: ExperimentResult) -> str:
 
 def _effects_table(result: ExperimentResult) -> str:
     rows = [[e.name, ", ".join(f"{v:+.4g}" for v in e.per_seed), describe(e),
-             "+" if e.expected_sign > 0 else "-", "primary" if e.primary else "reported",
+             "+" if e.expected_sign > 0 else "-", f"{e.min_effect:g}", power_statement(e),
+             "primary" if e.primary else "reported",
              f"**{e.verdict}**" if e.primary else e.verdict]
             for e in result.analysis.effects]
-    return Table(["effect", "per seed", "estimate", "predicted sign", "role", "verdict"],
-                 rows).markdown()
+    return Table(["effect", "per seed", f"estimate [{1 - ALPHA:.0%} interval]", "predicted sign",
+                  "min", "power", "role", "verdict"], rows).markdown()
 
 
 def _arms(result: ExperimentResult, experiment: Experiment) -> str:
@@ -91,8 +104,9 @@ def _budget(experiment: Experiment) -> str:
 
     base = ", plus ~7 min for the shared SFT base on first use" if experiment.needs_base else ""
     smaller = "a smaller task and base" if experiment.needs_base else "a smaller self-play budget"
+    minutes = experiment.minutes_per_seed * FULL.seeds
     return (f"**Budget.** Full: {settings('full')}, {FULL.seeds} seeds (estimated "
-            f"~{experiment.minutes:g} min on 2 cores{base}). Quick: {settings('quick')}, "
+            f"~{minutes:g} min on 2 cores{base}). Quick: {settings('quick')}, "
             f"{QUICK.seeds} seed, on {smaller} (`--quick`).")
 
 
@@ -101,14 +115,17 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
     parts = [f"## {name}", f"**Claim.** {experiment.claim}", f"**Set-up.** {experiment.setup}",
              _budget(experiment)]
     if result is None:
-        parts.append(f"Not measured yet:\n\n```bash\nrlscale experiments run {name}\n```")
+        parts.append(f"No saved result, so no verdict: run\n\n```bash\nrlscale experiments run "
+                     f"{name}\nrlscale experiments report\n```")
         return "\n\n".join(parts)
     if result.budget == "quick":
         parts.append("> Quick budget: a smoke run sized for CI. Its numbers show that the "
                      "pipeline runs, not whether the claim holds.")
-    parts.append(f"**Verdict: {result.verdict}** ({len(result.seeds)} seed"
-                 f"{'s' if len(result.seeds) != 1 else ''}, {result.budget} budget, "
-                 f"{_wall_time(result)}, {result.date})."
+    shown = ("its set-up could show every primary effect of its stated minimum"
+             if could_show(result.analysis.effects) else
+             "its set-up could not show every primary effect of its stated minimum (see power)")
+    parts.append(f"**Verdict: {result.verdict}** ({_seeds(result)}, {result.budget} budget, "
+                 f"{_wall_time(result)}, {result.date}); {shown}."
                  + (f" Machine: {result.machine}; compute dtype {result.compute_dtype}."
                     if result.machine else ""))
     parts.append(_effects_table(result))
@@ -121,64 +138,128 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
     return "\n\n".join(parts)
 
 
-def previous_report(out: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """The sections and summary rows of a report already at `out`, by experiment name (none
-    when there is no report): what a report keeps for an experiment whose result is neither
-    in the runs folder nor saved beside the report, e.g. in a fresh clone."""
-    if not Path(out).is_file():
-        return {}, {}
-    text = Path(out).read_text()
-    sections = {}
-    for chunk in text.split("\n## ")[1:]:
-        name = chunk.split("\n", 1)[0].strip()
-        if name in EXPERIMENTS and "Not measured yet" not in chunk:
-            sections[name] = "## " + chunk.rstrip("\n")
-    rows = {}
-    for line in text.splitlines():
-        for name in sections:
-            if line.startswith(f"| [{name}](#{name}) |"):
-                rows[name] = line
-    return sections, rows
+def _seeds(result: ExperimentResult) -> str:
+    return f"{len(result.seeds)} seed{'s' if len(result.seeds) != 1 else ''}"
+
+
+def _summary_row(name: str, result: ExperimentResult | None) -> list[str]:
+    """One row of the summary table: verdict, seeds, each primary effect with its interval,
+    and whether the set-up could show it."""
+    link = f"[{name}](#{name})"
+    if result is None:
+        return [link, "no saved result", "", "", ""]
+    primaries = [e for e in result.analysis.effects if e.primary]
+    effects = "; ".join(f"{e.name}: {describe(e).rsplit(' (', 1)[0]}" for e in primaries)
+    power = "; ".join(power_statement(e) for e in primaries)
+    return [link, f"**{result.verdict}** ({result.budget})", str(len(result.seeds)), effects,
+            power]
+
+
+@dataclass(frozen=True)
+class PreviousVerdict:
+    """An experiment's entry in an older report: its summary verdict, set-up and date."""
+
+    verdict: str
+    setup: str
+    date: str
+
+
+def previous_verdicts(path: Path) -> dict[str, PreviousVerdict]:
+    """The entries of an older report's summary table and sections, by experiment, for the
+    list of verdicts that changed (empty when there is no such report)."""
+    if not Path(path).is_file():
+        return {}
+    text = Path(path).read_text()
+    found = {}
+    for name in EXPERIMENTS:
+        row = next((line for line in text.splitlines()
+                    if line.startswith(f"| [{name}](#{name}) |")), None)
+        if row is None:
+            continue
+        chunk = text.split(f"\n## {name}\n", 1)
+        body = chunk[1].split("\n## ", 1)[0] if len(chunk) == 2 else ""
+        setup = body.split("**Set-up.** ", 1)[1].split("\n", 1)[0] if "**Set-up.** " in body else ""
+        verdict_line = body.split("**Verdict:", 1)[1].split("\n", 1)[0] if "**Verdict:" in body else ""
+        date = re.search(r"\d{4}-\d{2}-\d{2}", verdict_line)
+        found[name] = PreviousVerdict(row.rstrip(" |").rsplit(" | ", 1)[1], setup,
+                                      date.group(0) if date else "")
+    return found
+
+
+def _changes(results: dict[str, ExperimentResult | None], previous: Path,
+             experiments: dict[str, Experiment]) -> str:
+    """The experiments whose verdict differs from the report at `previous`, with the reasons
+    the records show: the rule, the seeds, the set-up, or no saved result at all."""
+    rows = []
+    for name, entry in previous_verdicts(previous).items():
+        before, result = entry.verdict, results.get(name)
+        now = "no saved result" if result is None else (
+            f"{result.verdict} ({result.budget}, {_seeds(result)})")
+        if now == before:
+            continue
+        if result is None:
+            reasons = ["the older verdict had no saved result behind it (carried from an "
+                       "older report); not run again"]
+        else:
+            reasons = [f"verdict rule: a {1 - ALPHA:.0%} t interval with n - 1 df and a stated "
+                       "minimum (was 2 standard errors)"]
+            old_seeds = before.rsplit(", ", 1)[-1].rstrip(")")
+            if old_seeds != _seeds(result):
+                reasons.append(f"{old_seeds} -> {_seeds(result)}")
+            if entry.setup and entry.setup != experiments[name].setup:
+                reasons.append("set-up redesigned")
+            if entry.date and result.date != entry.date:
+                reasons.append(f"measured again ({result.date}; was {entry.date})")
+        rows.append([f"[{name}](#{name})", before, now, "; ".join(reasons)])
+    if not rows:
+        return ""
+    table = Table(["experiment", "previous report", "now", "why"], rows).markdown()
+    return (f"### Verdicts changed since [the previous report]({_relative(previous)})\n\n"
+            + table)
+
+
+def _relative(path: Path) -> str:
+    parts = Path(path).parts
+    return "/".join(parts[1:]) if parts and parts[0] == "docs" else str(path)
+
+
+def _load(name: str, runs: Path, figures: Path) -> tuple[ExperimentResult | None, str | None]:
+    """An experiment's result from `runs` (its result and figure copied to `figures`), or
+    the one saved in `figures` before; (None, None) when neither exists."""
+    result = load_result(Path(runs) / name)
+    if result is not None:
+        figures.mkdir(parents=True, exist_ok=True)
+        (figures / f"{name}.json").write_text(json.dumps(result.as_dict(), indent=1) + "\n")
+        if (Path(runs) / name / result.figure).is_file():
+            shutil.copyfile(Path(runs) / name / result.figure, figures / f"{name}.png")
+    elif (figures / f"{name}.json").is_file():
+        result = ExperimentResult.from_dict(json.loads((figures / f"{name}.json").read_text()))
+    else:
+        return None, None
+    figure = f"{figures.name}/{name}.png" if (figures / f"{name}.png").is_file() else None
+    return result, figure
 
 
 def write_report(runs: Path = Path("runs/experiments"),
-                 out: Path = Path("docs/experiments.md")) -> Path:
-    """docs/experiments.md (or `out`) from the results under `runs`; figures and results are
-    copied to `out`'s folder under experiments/ (NAME.png, NAME.json), and read from there
-    for an experiment `runs` has no result of. An experiment with neither keeps the section
-    the report at `out` already had: a result measured elsewhere is never dropped."""
+                 out: Path = Path("docs/experiments.md"),
+                 previous: Path = PREVIOUS_REPORT) -> Path:
+    """docs/experiments.md (or `out`) from the saved results only: those under `runs`
+    (copied to `out`'s folder under experiments/ as NAME.json and NAME.png) and those saved
+    there before. An experiment with neither gets a section without a verdict: nothing is
+    carried forward from an older report. Verdicts that differ from the report at
+    `previous` are listed with the reasons."""
     out = Path(out)
     figures = out.parent / "experiments"
-    kept_sections, kept_rows = previous_report(out)
-    sections, summary = [], []
-    for name, experiment in EXPERIMENTS.items():
-        result = load_result(Path(runs) / name)
-        figure = None
-        if result is not None:
-            figures.mkdir(parents=True, exist_ok=True)
-            (figures / f"{name}.json").write_text(json.dumps(result.as_dict(), indent=1) + "\n")
-            if (Path(runs) / name / result.figure).is_file():
-                shutil.copyfile(Path(runs) / name / result.figure, figures / f"{name}.png")
-                figure = f"experiments/{name}.png"
-        elif (figures / f"{name}.json").is_file():
-            result = ExperimentResult.from_dict(json.loads((figures / f"{name}.json").read_text()))
-            figure = f"experiments/{name}.png" if (figures / f"{name}.png").is_file() else None
-        if result is None and name in kept_sections:
-            sections.append(kept_sections[name])
-            summary.append(None)  # the old row, below
-            continue
-        sections.append(section(name, result, figure))
-        verdict = "not measured" if result is None else (
-            f"{result.verdict} ({result.budget}, {len(result.seeds)} seed"
-            f"{'s' if len(result.seeds) != 1 else ''})")
-        summary.append([f"[{name}](#{name})", experiment.claim, verdict])
-    table = Table(["experiment", "claim", "verdict"], [r for r in summary if r is not None])
-    lines = table.markdown().splitlines()
-    rows = iter(lines[2:])
-    body = [kept_rows.get(name, "") if row is None else next(rows)
-            for name, row in zip(EXPERIMENTS, summary, strict=True)]
-    text = "\n\n".join([HEADER.format(z=Z).rstrip(), "\n".join([*lines[:2], *body]),
-                        *sections]) + "\n"
+    results, sections = {}, []
+    for name in EXPERIMENTS:
+        results[name], figure = _load(name, runs, figures)
+        sections.append(section(name, results[name], figure))
+    summary = Table(["experiment", "verdict", "seeds",
+                     f"primary effects [{1 - ALPHA:.0%} interval]", "power"],
+                    [_summary_row(name, results[name]) for name in EXPERIMENTS]).markdown()
+    changes = _changes(results, previous, EXPERIMENTS)
+    head = HEADER.format(confidence=1 - ALPHA, alpha=ALPHA, power=POWER, seeds=FULL.seeds)
+    text = "\n\n".join(part for part in [head.rstrip(), summary, changes, *sections] if part)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out.write_text(text + "\n")
     return out

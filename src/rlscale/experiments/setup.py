@@ -65,7 +65,7 @@ QUICK = Scale("quick", QUICK_TASK,
               seeds=1)
 # The documented reasoning set-up (docs/reasoning.md) as it is: its SFT base (410 s on 2
 # cores) and its GRPO config; experiments set the steps.
-FULL = Scale("full", {}, sft=(), rl=("checkpoint.keep=1",), seeds=2)
+FULL = Scale("full", {}, sft=(), rl=("checkpoint.keep=1",), seeds=4)
 SCALES = {s.name: s for s in (QUICK, FULL)}
 
 

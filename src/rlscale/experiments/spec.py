@@ -33,7 +33,7 @@ class Experiment:
     measure: Callable[[Context, dict[str, list[Any]]], Numbers]  # Trained(SFT|Zero)Arm
     analyse: Callable[[Numbers], Analysis]
     plot: Callable[[Numbers, Path], Path]
-    minutes: float              # the full budget's estimated wall time on 2 cores, base excluded
+    minutes_per_seed: float     # the full budget's estimated wall time per seed on 2 cores, base excluded
     needs_base: bool = True     # RLVR arms start from the SFT base; Zero arms need none
 
 

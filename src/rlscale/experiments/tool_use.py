@@ -209,4 +209,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: 2 seeds x 100 steps without (~1.3 s) and with tools + 10 evaluations
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=14)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=7)

@@ -1,10 +1,27 @@
-"""Verdicts computed from the numbers: an effect over seeds, its standard error, and whether
-it supports, contradicts or leaves open the sign a claim predicts.
+"""Verdicts computed from the numbers: an effect over seeds, its confidence interval, and
+whether it supports, contradicts or leaves open the sign a claim predicts.
 
 Pure functions of floats; no model, no run. An effect is measured once per seed (usually a
 paired difference: arm B minus arm A trained with the same seed, or trained minus base on
-the same held-out prompts); its estimate is the mean over seeds with the standard error
-`sd / sqrt(n)`. One seed has no spread to judge by: its verdict is always inconclusive.
+the same held-out prompts); its estimate is the mean over the n seeds with the standard
+error `sd / sqrt(n)`, and `(mean - effect) / SE` follows Student's t with n - 1 degrees of
+freedom (normal per-seed values). The rule:
+
+- **called** when the two-sided `1 - ALPHA` interval `mean ± t_{n-1} SE` excludes 0 *and*
+  |mean| >= the effect's `min_effect` (the smallest effect that matters on the task, chosen
+  before the run); then `supports` for the predicted sign, `contradicts` for the other;
+- `inconclusive` otherwise, and always with one seed (no spread to judge by).
+
+Under the null (true effect 0) the interval excludes 0 with probability ALPHA, and
+`min_effect` only removes calls: a false call, either way, has probability <= ALPHA = 5%
+per effect (checked by simulation in the tests). With 2 seeds `t_1 = 12.7`, not the 2 that
+a normal approximation gives: two seeds almost never decide anything.
+
+**Power.** `detectable` is the smallest true effect whose interval would exclude 0 with
+probability POWER (80%) at the observed spread: `(t_{1 - ALPHA/2, n-1} + t_{POWER, n-1}) SE`.
+A set-up `could_show` an effect when that is no larger than the effect's `min_effect` (an
+effect that matters would be found 4 times in 5); an inconclusive verdict from a set-up that
+could not is no evidence of absence, and the report says so.
 """
 
 from __future__ import annotations
@@ -14,11 +31,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from scipy.stats import t as student_t
+
 Verdict = Literal["supports", "contradicts", "inconclusive"]
 VERDICTS: tuple[Verdict, ...] = ("supports", "contradicts", "inconclusive")
 
-# An effect is called when it is at least this many standard errors from zero.
-Z = 2.0
+ALPHA = 0.05   # two-sided false-call rate per effect
+POWER = 0.80   # the probability `detectable` is defined at
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """Student's t quantile with `df` degrees of freedom."""
+    return float(student_t.ppf(probability, df))
 
 
 @dataclass(frozen=True)
@@ -28,6 +52,22 @@ class Estimate:
     mean: float
     se: float | None
     n: int
+
+    def half_width(self, alpha: float = ALPHA) -> float | None:
+        """Half the two-sided `1 - alpha` interval, `t_{1-alpha/2, n-1} SE`."""
+        return None if self.se is None else t_quantile(1 - alpha / 2, self.n - 1) * self.se
+
+    def interval(self, alpha: float = ALPHA) -> tuple[float, float] | None:
+        half = self.half_width(alpha)
+        return None if half is None else (self.mean - half, self.mean + half)
+
+    def detectable(self, alpha: float = ALPHA, power: float = POWER) -> float | None:
+        """The smallest true effect whose interval excludes 0 with probability `power`, at
+        this spread and number of seeds (None with one seed: nothing is detectable)."""
+        if self.se is None:
+            return None
+        df = self.n - 1
+        return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * self.se
 
 
 def estimate(values: Sequence[float]) -> Estimate:
@@ -43,14 +83,16 @@ def estimate(values: Sequence[float]) -> Estimate:
     return Estimate(mean, math.sqrt(variance / n), n)
 
 
-def judge(est: Estimate, expected_sign: int, *, min_effect: float = 0.0, z: float = Z) -> Verdict:
-    """`supports` when the effect has the expected sign, is at least `z` standard errors
-    from zero and at least `min_effect` in size (a difference too small to matter on this
-    task is not evidence either way); `contradicts` when the same holds for the opposite
-    sign; `inconclusive` otherwise, and always with one seed."""
+def judge(est: Estimate, expected_sign: int, *, min_effect: float = 0.0,
+          alpha: float = ALPHA) -> Verdict:
+    """`supports` when the `1 - alpha` interval excludes 0 on the expected side and the
+    effect is at least `min_effect` in size (a difference too small to matter on this task
+    is not evidence either way); `contradicts` when the same holds for the opposite sign;
+    `inconclusive` otherwise, and always with one seed."""
     if expected_sign not in (-1, 1):
         raise ValueError(f"expected_sign must be +1 or -1, got {expected_sign}")
-    if est.se is None or abs(est.mean) < max(z * est.se, min_effect) or est.mean == 0:
+    half = est.half_width(alpha)
+    if half is None or est.mean == 0 or abs(est.mean) <= half or abs(est.mean) < min_effect:
         return "inconclusive"
     return "supports" if (est.mean > 0) == (expected_sign > 0) else "contradicts"
 
@@ -68,8 +110,9 @@ def overall(verdicts: Sequence[Verdict]) -> Verdict:
 @dataclass(frozen=True)
 class Effect:
     """One measured effect of an experiment: its per-seed values, the sign the claim
-    predicts, and the verdict those give. `primary` effects decide the experiment's verdict;
-    the others are reported beside it."""
+    predicts, the smallest size that matters (`min_effect`, chosen before the run; every
+    primary effect states one), and the verdict those give. `primary` effects decide the
+    experiment's verdict; the others are reported beside it."""
 
     name: str
     per_seed: tuple[float, ...]
@@ -85,12 +128,20 @@ class Effect:
     def verdict(self) -> Verdict:
         return judge(self.estimate, self.expected_sign, min_effect=self.min_effect)
 
+    @property
+    def could_show(self) -> bool:
+        """Whether the design finds an effect of `min_effect` 4 times in 5 (POWER) at the
+        observed spread; never with one seed or without a stated minimum."""
+        detectable = self.estimate.detectable()
+        return detectable is not None and 0 < detectable <= self.min_effect
+
     def as_dict(self) -> dict:
         est = self.estimate
         return {"name": self.name, "per_seed": list(self.per_seed),
                 "expected_sign": self.expected_sign, "primary": self.primary,
                 "min_effect": self.min_effect, "mean": est.mean, "se": est.se, "n": est.n,
-                "verdict": self.verdict}
+                "interval": est.interval(), "alpha": ALPHA, "detectable": est.detectable(),
+                "power": POWER, "could_show": self.could_show, "verdict": self.verdict}
 
     @classmethod
     def from_dict(cls, data: dict) -> Effect:
@@ -102,8 +153,26 @@ def experiment_verdict(effects: Sequence[Effect]) -> Verdict:
     return overall([e.verdict for e in effects if e.primary])
 
 
+def could_show(effects: Sequence[Effect]) -> bool:
+    """Whether every primary effect's design could find an effect of its `min_effect`."""
+    return all(e.could_show for e in effects if e.primary)
+
+
 def describe(effect: Effect) -> str:
-    """`+0.123 ± 0.045 (2 seeds)`: the estimate as the report and the CLI print it."""
+    """`+0.123 [+0.02, +0.22] (4 seeds)`: the estimate with its 95% interval, as the report
+    and the CLI print it."""
     est = effect.estimate
-    spread = "no SE" if est.se is None else f"± {est.se:.3g}"
+    interval = est.interval()
+    spread = ("no interval" if interval is None
+              else f"[{interval[0]:+.3g}, {interval[1]:+.3g}]")
     return f"{est.mean:+.3g} {spread} ({est.n} seed{'s' if est.n != 1 else ''})"
+
+
+def power_statement(effect: Effect) -> str:
+    """`detects >= 0.041 (80%); min 0.02: cannot show`: the power line of one effect."""
+    detectable = effect.estimate.detectable()
+    if detectable is None:
+        return "one seed: detects nothing"
+    verdict = "could show" if effect.could_show else "cannot show"
+    return (f"detects >= {detectable:.3g} ({POWER:.0%}); min {effect.min_effect:g}: "
+            f"{verdict}")

@@ -166,4 +166,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 10.7 min (2 seeds, 2 cores, 2026-12-03)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=11, needs_base=False)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=5.5, needs_base=False)

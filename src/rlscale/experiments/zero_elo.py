@@ -172,4 +172,4 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 # minutes: measured 13.6 min (2 seeds, 2 cores, 2026-12-03)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes=14, needs_base=False)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=7, needs_base=False)
