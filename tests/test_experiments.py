@@ -19,6 +19,7 @@ from rlscale.experiments import (
     clip_higher,
     clipping,
     continuum,
+    curriculum,
     dynamic_sampling,
     forking_tokens,
     grpo_vs_zero,
@@ -336,6 +337,21 @@ def ppo_critic_numbers(gap, jitter=JITTER):
             "base_pass@1": 0.3, "arms": arms}
 
 
+def curriculum_numbers(gain, jitter=JITTER):
+    """gain > 0: the learnability arm ends `gain` above uniform, most on 6-term chains, and
+    trains on fewer zero-advantage groups; < 0: the opposite."""
+    def arm(p, zero, shift=(0.0,) * 3):
+        levels = [{"2": 0.9 + j, "4": p + j, "6": p - 0.2 + j} for j in shift]
+        weights = {"2": [0.2, 0.1], "4": [0.4, 0.5], "6": [0.4, 0.4]}
+        return {"pass@1": per_seed(p, shift), "by_level": levels,
+                "zero_advantage_share": per_seed(zero, shift), "zero_curve": per_seed([zero] * 2),
+                "weights": [weights] * 3, "seconds_per_step": per_seed(2.0)}
+
+    arms = {"uniform": arm(0.5, 0.4),
+            "learnability": arm(0.5 + gain, 0.4 - gain, jitter)}
+    return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 4, "arms": arms}
+
+
 def length_norm_numbers(wrong, jitter=JITTER):
     """wrong: the wrong completions' length per aggregation (right ones are 40 tokens);
     `jitter` (in tokens) on GRPO's 1/|y| arm."""
@@ -504,6 +520,10 @@ SYNTHETIC = {
         "supports": ppo_critic_numbers(0.1),
         "contradicts": ppo_critic_numbers(-0.1),
         "inconclusive": ppo_critic_numbers(0.1, NOISE)}),
+    "curriculum": (curriculum, {
+        "supports": curriculum_numbers(0.1),
+        "contradicts": curriculum_numbers(-0.1),
+        "inconclusive": curriculum_numbers(0.1, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),

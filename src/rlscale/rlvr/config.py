@@ -109,6 +109,13 @@ class RolloutConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1)
     max_extra_draws: int = Field(
         4, ge=0, description="dynamic sampling: extra prompt batches drawn per step at most")
+    curriculum: Literal["uniform", "learnability"] = Field(
+        "uniform", description="which prompts a step draws: uniform (the task's sampler) or "
+        "learnability (difficulty levels weighted by p(1-p) of their running group success "
+        "rate; a task with difficulty levels, the synchronous loop): rlvr/curriculum.py")
+    curriculum_ema: float = Field(
+        0.3, gt=0, le=1, description="curriculum learnability: the newest step's weight in "
+        "each level's running success rate")
     # The inference engine of the asynchronous fleets (runtime.mode async / inflight).
     engine: Literal["native", "vllm"] = Field(
         "native", description="native: rlscale's continuous-batching engine; vllm: vLLM")
@@ -350,6 +357,14 @@ class RLVRConfig(StrictModel):
             raise ValueError("model.lora with rollout.engine vllm is not built (the fleets "
                              "send LoRA adapters to the native engine only): use "
                              "rollout.engine native or runtime.mode sync")
+        return self
+
+    @model_validator(mode="after")
+    def _curriculum_in_the_sync_loop(self) -> RLVRConfig:
+        if self.rollout.curriculum != "uniform" and self.runtime.mode != "sync":
+            raise ValueError(f"rollout.curriculum {self.rollout.curriculum} is built for the "
+                             f"synchronous loop only (runtime.mode sync), not "
+                             f"{self.runtime.mode}")
         return self
 
     @model_validator(mode="after")

@@ -46,6 +46,7 @@ from .advantages import ADVANTAGE_ESTIMATORS
 from .batch import build_policy_batch
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
 from .critic import Critic
+from .curriculum import make_curriculum
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
 from .learner_group import (
@@ -169,19 +170,8 @@ class RLVRRun:
                                            resume_needs_run=resume_needs_run)
         self.objective = cfg.resolved_objective()
         self.task = make_task(cfg.task.name, **cfg.task.options)
-        self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
-        self.model.to(self.device)
-        # `auto` times this model's own passes in both precisions (before LoRA and
-        # checkpointing change what a pass costs; cached per machine and model shape).
-        self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device,
-                                               precision_workload(self.model))
-        self.compute_dtype = self.precision.name
-        print(self.precision.describe())
+        self._load_policy(cfg)
         t = cfg.train
-        if t.gradient_checkpointing:  # engages in train mode only: sampling keeps its cache
-            enable_activation_checkpointing(self.model)
-        if cfg.model.lora is not None:
-            self.model = lora.apply_lora(self.model, cfg.model.lora, cfg.train.seed)
         self.reference = None  # with LoRA: the base model, by disabling the adapters
         wants_reference = self.objective.kl_coef > 0 or (t.post_update_stats and t.reference_kl)
         self.sharded = t.learner_processes > 1  # the ranks hold the learner (and reference)
@@ -208,10 +198,13 @@ class RLVRRun:
         # their own.
         self.tools = RunnerToolTurns.from_config(cfg.rollout.tools, self.tokenizer) \
             if cfg.rollout.tools.tools and cfg.runtime.mode == "sync" else None
+        self.curriculum = make_curriculum(cfg.rollout.curriculum, self.task,
+                                          ema=cfg.rollout.curriculum_ema, seed=cfg.train.seed)
         self.rollouts: RolloutSource = InProcessRollouts(
             self.model, self.tokenizer, self.task, cfg, self.pool,
             dynamic_sampling=self.objective.dynamic_sampling,
-            compute=compute_context(self.device, self.compute_dtype), tools=self.tools)
+            compute=compute_context(self.device, self.compute_dtype), tools=self.tools,
+            curriculum=self.curriculum)
         self.fleet: FleetRollouts | None = None  # runtime.mode async / inflight, in train()
         self.step = 0
         self.last_eval: dict[str, float] = {}
@@ -234,6 +227,22 @@ class RLVRRun:
                                        length_key="train.steps", free_fields=RESUME_FREE_FIELDS,
                                        allow_change=allow_config_change)
         dump_config(resolved, self.run_dir / "config.yaml")
+
+    def _load_policy(self, cfg: RLVRConfig) -> None:
+        """The trained model and tokenizer, on the run's device, with its compute dtype
+        resolved, activation checkpointing and LoRA as the config asks."""
+        self.model, self.tokenizer = load_model(cfg.model.path, cfg.model.dtype)
+        self.model.to(self.device)
+        # `auto` times this model's own passes in both precisions (before LoRA and
+        # checkpointing change what a pass costs; cached per machine and model shape).
+        self.precision = resolve_compute_dtype(cfg.train.compute_dtype, self.device,
+                                               precision_workload(self.model))
+        self.compute_dtype = self.precision.name
+        print(self.precision.describe())
+        if cfg.train.gradient_checkpointing:  # in train mode only: sampling keeps its cache
+            enable_activation_checkpointing(self.model)
+        if cfg.model.lora is not None:
+            self.model = lora.apply_lora(self.model, cfg.model.lora, cfg.train.seed)
 
     # -- checkpoints ---------------------------------------------------------------------
     def _restore(self) -> None:
@@ -263,6 +272,8 @@ class RLVRRun:
         else:
             self.learner.load(path, state, self.cfg.train.lr, self.cfg.train.weight_decay)
         self.step = state["step"]
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load(state["curriculum"])
         self.last_eval = state.get("last_eval", {})
         self.saved_fleet = state.get("fleet")
         ckpt.set_rng_state(state["rng"])
@@ -273,7 +284,8 @@ class RLVRRun:
             lora.save_weights(self.model, self.tokenizer, tmp)
             torch.save({**self.learner.save(tmp), "step": self.step,
                         "last_eval": self.last_eval, "rng": ckpt.rng_state(),
-                        "fleet": self.rollouts.checkpoint_state()},
+                        "fleet": self.rollouts.checkpoint_state(),
+                        "curriculum": None if self.curriculum is None else self.curriculum.state()},
                        tmp / "trainer_state.pt")
         ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep)
         return path

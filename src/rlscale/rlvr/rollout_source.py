@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from .config import RLVRConfig
+from .curriculum import LearnabilityCurriculum
 from .model import PromptFormatter
 from .rewards import VerifierPool
 from .rollout.decoder import DecodeWeightsCache
@@ -69,8 +70,10 @@ class InProcessRollouts:
 
     def __init__(self, model, tokenizer, task: Task, cfg: RLVRConfig, pool: VerifierPool, *,
                  dynamic_sampling: bool, compute=None,
-                 tools: RunnerToolTurns | None = None) -> None:
+                 tools: RunnerToolTurns | None = None,
+                 curriculum: LearnabilityCurriculum | None = None) -> None:
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self.curriculum = curriculum  # None: prompts drawn uniformly by the task
         self.pool, self.dynamic_sampling = pool, dynamic_sampling
         # With tools, completions come from the continuous-batching engine on the same model
         # object: a row that calls a tool leaves the batch while the call runs, the others
@@ -98,8 +101,11 @@ class InProcessRollouts:
         kept: list[RolloutGroup] = []
         have, drawn, dropped, generated = 0, 0, 0, 0
         draws = 1 + (cfg.rollout.max_extra_draws if self.dynamic_sampling else 0)
+        figures: dict[str, float] = {}
         for draw in range(draws):
             group = self.draw(step, draw, policy_version)
+            if self.curriculum is not None:  # dropped groups are evidence of their level too
+                figures = self.curriculum.update(group.examples, group.rewards, size)
             drawn += len(group.examples)
             generated += int(group.rollout.lengths.sum())  # dropped groups' tokens too
             if self.dynamic_sampling:
@@ -119,7 +125,7 @@ class InProcessRollouts:
         stats = {"sampling/prompts_drawn": drawn, "sampling/generated_tokens": generated,
                  "sampling/dropped_group_share": dropped / max(drawn, 1),
                  "sampling/batch_prompts": len(batch.examples),
-                 "time/generate_s": self._generate_s, **self._engine_stats()}
+                 "time/generate_s": self._generate_s, **self._engine_stats(), **figures}
         self._generate_s = 0.0
         return batch, stats
 
@@ -135,7 +141,9 @@ class InProcessRollouts:
         """One draw of P prompts x G completions, scored (seeded by step and draw)."""
         cfg = self.cfg
         rng = random.Random(step_seed(cfg.train.seed, step, f"prompts:{draw}"))
-        prompts = [self.task.sample("train", rng) for _ in range(cfg.rollout.prompts_per_step)]
+        n = cfg.rollout.prompts_per_step
+        prompts = (self.curriculum.sample(rng, n) if self.curriculum is not None
+                   else [self.task.sample("train", rng) for _ in range(n)])
         rows = [ex for ex in prompts for _ in range(cfg.rollout.group_size)]
         ids = [self.tokenizer(self.format(ex), add_special_tokens=False)["input_ids"]
                for ex in rows]
