@@ -64,18 +64,20 @@ class Settings:
     samples: int          # per prompt
     teacher_steps: int    # the teacher's SFT on the expert's traces, batches of 64
     teacher_lr: float
+    traces: int           # the SFT arms' fixed set of expert traces, seen for several epochs
 
 
-SETUP = ("From the SFT base: SFT and DFT on the careful demonstrator's traces (every step "
-         "checked, every trace right), on-policy distillation (objective opd) from a teacher "
+SETUP = ("From the SFT base: SFT and DFT on a fixed set of 1,024 of the careful "
+         "demonstrator's traces (every step checked, every trace right), 6 epochs of it, so "
+         "SFT can memorise; on-policy distillation (objective opd) from a teacher "
          "(the base fine-tuned on 400 batches of those traces), and GRPO on the verifier "
          "alone, each 48 steps of 128 sequences with GRPO's learning rate; pass@1 on test, "
          "on its longest chains and on the rule-change ood split, every 16 steps, against "
          "tokens generated, positions trained and FLOPs.")
 SETTINGS = {"quick": Settings(steps=4, every=2, prompts=16, samples=2, teacher_steps=8,
-                              teacher_lr=1e-3),
+                              teacher_lr=1e-3, traces=64),
             "full": Settings(steps=48, every=16, prompts=400, samples=2, teacher_steps=400,
-                             teacher_lr=1e-3)}
+                             teacher_lr=1e-3, traces=1024)}
 
 
 def teacher(scale: str) -> FineTune:
@@ -96,7 +98,7 @@ def arms(scale: str) -> list[Arm | SFTArm]:
     s, cfg = SETTINGS[scale], rl_config(scale)
     sequences = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     sft = (EXPERT, f"steps={s.steps}", f"batch_size={sequences}",
-           f"data.examples={s.steps * sequences}", f"lr={cfg.train.lr:g}",
+           f"data.examples={s.traces}", f"lr={cfg.train.lr:g}",
            f"warmup_steps={cfg.train.warmup_steps}", f"save_every={s.every}")
     rl = (f"train.steps={s.steps}", f"checkpoint.every={s.every}", "checkpoint.keep=1000",
           "eval.every=0")

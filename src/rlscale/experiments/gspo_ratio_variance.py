@@ -42,8 +42,10 @@ CLAIM = ("With batch reuse, the spread of the sequence-level importance ratio (t
 RATIOS = ("sequence", "gspo", "token")
 LABELS = {"sequence": "sequence ratio: sum_t", "gspo": "GSPO ratio: mean_t",
           "token": "token ratio (GRPO)"}
+# Token sums (no 1/|y|): under GRPO's per-sequence mean every sequence's update has the same
+# mass whatever its length, which cancels the growth with length the claim is about.
 REUSE = ("train.epochs=4", "train.minibatches=4", "train.lr=1e-4", "train.compute_dtype=float32",
-         "loss.kl_coef=0")
+         "loss.kl_coef=0", "loss.aggregation=seq-mean-token-sum")
 BUCKETS = 4
 
 
@@ -53,7 +55,8 @@ class Settings:
 
 
 SETUP = ("No separate training arm: from the SFT base, GRPO steps by the library's trainer "
-         "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32); after each "
+         "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32, token sums: no "
+         "1/|y|, which would give every sequence the same update mass); after each "
          "step the sequence ratio, GSPO's length-normalised one and the token ratios of the "
          "new policy to the old on the step's samples; the variance of their logs by length "
          "quartile.")
