@@ -118,7 +118,10 @@ def test_compute_contradicts_without_diminishing_returns():
     assert not score.primary and score.verdict == "supports"
     assert experiment_verdict(analysis.effects) == "contradicts"
     assert better.estimate.mean == pytest.approx(0.16)
-    assert diminishing.estimate.mean == pytest.approx(0.01 - 0.08)
+    # the mean gain of 8 -> 16 -> 32 against that of 64 -> 128 -> 256, fixed in advance
+    assert diminishing.estimate.mean == pytest.approx((0.01 + 0.01) / 2 - (0.04 + 0.08) / 2)
+    assert zero_compute.compared_doublings([0, 1, 2, 4, 8, 16, 32, 64, 128, 256], 8) == (
+        [8, 16], [64, 128])
 
 
 def test_compute_doubling_gains():
@@ -126,7 +129,8 @@ def test_compute_doubling_gains():
     assert gains == pytest.approx({1: 0.05, 2: 0.05})  # 0 and 4 -> 8 are no doublings here
     for scale, s in zero_compute.SETTINGS.items():
         assert s.simulations[0] == 0, scale
-        assert {s.early, 2 * s.early, s.simulations[-1] // 2} <= set(s.simulations), scale
+        first, last = zero_compute.compared_doublings(list(s.simulations), s.early)
+        assert {*first, *last, 2 * first[-1], s.simulations[-1]} <= set(s.simulations), scale
 
 
 def test_elo_spearman_and_ranks():
