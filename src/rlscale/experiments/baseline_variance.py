@@ -64,15 +64,19 @@ LABELS = {"none": "no baseline (raw reward)", "mean": "group mean", "rloo": "lea
 class Settings:
     completions: int   # per batch, whatever G (N / G prompts)
     batches: int       # independent batches per group size (K)
+    decomposed: int    # of them, the first this many also take every sample's own gradient
 
 
 SETUP = ("No training: on the SFT base, independent batches of N completions (N/G prompts x "
          "G, the loop's sampler and verifier) for G in {2, 4, 8, 16}; for each batch the "
          "gradient of the run's surrogate loss with four advantages on the same samples "
          "(raw reward, group mean, leave-one-out, group mean / std); the trace of the "
-         "gradient covariance across batches, and its share of E|g|^2.")
-SETTINGS = {"quick": Settings(completions=16, batches=6),
-            "full": Settings(completions=32, batches=32)}
+         "gradient covariance across batches, and its share of E|g|^2. Known-answer check: "
+         "on 8 of the batches every sample's own gradient, which predicts each estimator's "
+         "E|g|^2 without the cross terms and compares the wrong samples' gradient norms with "
+         "the right ones'.")
+SETTINGS = {"quick": Settings(completions=16, batches=6, decomposed=2),
+            "full": Settings(completions=32, batches=32, decomposed=8)}
 
 
 def arms(scale: str) -> list[Arm]:
@@ -107,6 +111,7 @@ class Tally:
     moments: dict[str, Moments] = field(default_factory=lambda: {e: Moments() for e in ESTIMATORS})
     rewards: list[float] = field(default_factory=list)
     uniform_groups: list[float] = field(default_factory=list)
+    diagonal: list[dict[str, float]] = field(default_factory=list)
 
 
 def surrogate_gradients(model, batch, objective: objectives.Objective,
@@ -124,6 +129,39 @@ def surrogate_gradients(model, batch, objective: objectives.Objective,
                                     allow_unused=True)
         out[name] = torch.cat([(torch.zeros_like(p) if g is None else g).flatten()
                                for p, g in zip(params, grads, strict=True)])
+    return out
+
+
+def sample_squared_norms(model, batch, objective: objectives.Objective, temperature: float,
+                         pack: bool) -> list[float]:
+    """|g_i|^2 of every sample's own gradient, `g_i` the gradient of the surrogate with
+    advantage 1 on sample i alone (normalised by the whole batch's counts, as in the
+    batch's loss): the batch's gradient is `sum_i A_i g_i`, linear in the advantages at
+    theta = theta_old, so these norms predict each estimator's second moment."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    count, tokens = len(batch), float(batch.mask.sum())
+    norms = []
+    for i in range(count):
+        one = batch.select(torch.tensor([i]))
+        logp, _ = completion_logprobs(model, one, temperature, pack=pack)
+        inputs = objectives.LossInputs(logp, logp.detach(), torch.ones(1), one.mask,
+                                       num_sequences=count, num_tokens=tokens)
+        grads = torch.autograd.grad(objectives.policy_loss(inputs, objective).loss, params,
+                                    allow_unused=True)
+        norms.append(float(sum((g.double() ** 2).sum() for g in grads if g is not None)))
+    return norms
+
+
+def diagonal_moments(norms: list[float], rewards: torch.Tensor,
+                     advantages: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per estimator `sum_i A_i^2 |g_i|^2`: the second moment of `sum_i A_i g_i` without
+    the cross terms between samples (the known-answer prediction); and the mean |g_i|^2
+    of the right and the wrong samples."""
+    norm = torch.tensor(norms, dtype=torch.float64)
+    out = {f"{e}/diagonal": float((a.double() ** 2 * norm).sum()) for e, a in advantages.items()}
+    right = rewards > 0
+    out["right_sq_norm"] = float(norm[right].mean()) if right.any() else math.nan
+    out["wrong_sq_norm"] = float(norm[~right].mean()) if (~right).any() else math.nan
     return out
 
 
@@ -149,6 +187,10 @@ def measure_seed(ctx: Context, seed: int, s: Settings) -> dict[str, dict[str, fl
                                             cfg.rollout.temperature, cfg.train.pack)
                 for e, g in grads.items():
                     tally.moments[e].add(g)
+                if k < s.decomposed:
+                    norms = sample_squared_norms(model, batch, objective,
+                                                 cfg.rollout.temperature, cfg.train.pack)
+                    tally.diagonal.append(diagonal_moments(norms, rewards, advantages))
                 per_group = rewards.view(-1, size)
                 tally.rewards.append(float(rewards.mean()))
                 tally.uniform_groups.append(float(
@@ -159,6 +201,9 @@ def measure_seed(ctx: Context, seed: int, s: Settings) -> dict[str, dict[str, fl
         for e, m in tally.moments.items():
             row[f"{e}/trace_cov"] = m.trace_covariance()
             row[f"{e}/mean_sq_norm"] = m.mean_squared_norm()
+        for key in tally.diagonal[0] if tally.diagonal else ():
+            values = [d[key] for d in tally.diagonal if math.isfinite(d[key])]
+            row[key] = sum(values) / len(values) if values else math.nan
         out[str(size)] = row
     return out
 
@@ -185,6 +230,41 @@ def _log(values: list[float]) -> list[float]:
     return [math.log(max(v, 1e-300)) for v in values]
 
 
+def _ratios(numbers: Numbers, size: int, key: str, estimator: str) -> list[float]:
+    return [a / max(b, 1e-300) for a, b in zip(_values(numbers, size, f"{estimator}/{key}"),
+                                                _values(numbers, size, f"none/{key}"),
+                                                strict=True)]
+
+
+def second_moment_check(numbers: Numbers, size: int, estimator: str) -> str:
+    """`measured / predicted`: the estimator's E|g|^2 over no baseline's, measured on the
+    batch gradients and predicted from the samples' own gradients without cross terms."""
+    return (f"{cell(_ratios(numbers, size, 'mean_sq_norm', estimator), 2)} / "
+            f"{cell(_ratios(numbers, size, 'diagonal', estimator), 2)}")
+
+
+def known_answer_note(numbers: Numbers) -> str:
+    """The known answer the decomposition gives: with every sample's own gradient g_i, a
+    baseline b changes a sample's term from R^2 |g|^2 to (R - b)^2 |g|^2; it adds variance
+    when the wrong samples (R = 0, term b^2 |g|^2) carry much larger gradients than the
+    right ones, which is what the norms measure."""
+    parts = []
+    for size in numbers["group_sizes"]:
+        right = _values(numbers, size, "right_sq_norm")
+        wrong = _values(numbers, size, "wrong_sq_norm")
+        ratio = [w / r for w, r in zip(wrong, right, strict=True)
+                 if math.isfinite(w) and math.isfinite(r) and r > 0]
+        if ratio:
+            parts.append(f"G={size}: {cell(ratio, 2)}")
+    return ("Known-answer check: the batch gradient is sum_i A_i g_i (linear in the advantages "
+            "at theta_old), so each estimator's E|g|^2 is predicted from every sample's own "
+            "gradient g_i as sum_i A_i^2 |g_i|^2, without the cross terms; the last column "
+            "compares it with the measured one. A baseline b turns a wrong sample's term "
+            "from 0 into b^2 |g_i|^2, so it adds variance where the wrong samples' gradients "
+            "are much larger than the right ones'. Their mean |g_i|^2, wrong over right: "
+            + ("; ".join(parts) if parts else "no batch had both") + ".")
+
+
 def analyse(numbers: Numbers) -> Analysis:
     effects, rows = [], []
     for size in numbers["group_sizes"]:
@@ -197,15 +277,19 @@ def analyse(numbers: Numbers) -> Analysis:
                               paired(noise_share(numbers, size, "rloo"),
                                      noise_share(numbers, size, "std")),
                               expected_sign=-1, primary=False, min_effect=0.01))
+    decomposed = "none/diagonal" in numbers["per_seed"][0][str(numbers["group_sizes"][0])]
     for size in numbers["group_sizes"]:
         base = _values(numbers, size, "none/trace_cov")
         for e in ESTIMATORS:
             trace = _values(numbers, size, f"{e}/trace_cov")
             rows.append([str(size), LABELS[e], cell(trace, 4),
                          cell([t / b for t, b in zip(trace, base, strict=True)], 3),
-                         cell(noise_share(numbers, size, e), 3)])
+                         cell(noise_share(numbers, size, e), 3),
+                         *([second_moment_check(numbers, size, e)] if decomposed else [])])
     table = Table(["G", "advantage", "tr Cov of the gradient", "vs no baseline",
-                   "noise share tr Cov / E|g|^2"], rows)
+                   "noise share tr Cov / E|g|^2",
+                   *(["E|g|^2 vs no baseline: measured / per-sample prediction"]
+                     if decomposed else [])], rows)
     shares = ", ".join(f"G={size}: reward {cell(_values(numbers, size, 'reward_mean'), 2)}, "
                        f"groups with equal rewards {cell(_values(numbers, size, 'uniform_group_share'), 2)}"
                        for size in numbers["group_sizes"])
@@ -221,6 +305,8 @@ def analyse(numbers: Numbers) -> Analysis:
              "of its G - 1 siblings, (R - b)^2 (mean p(1-p) G/(G-1)): the baseline lowers it "
              "only where p > 1/G. A hard prompt's wrong samples add nothing to the raw "
              "estimate, and a one-sample baseline adds its own noise."]
+    if decomposed:
+        notes.append(known_answer_note(numbers))
     worse = [e.name.split(":")[0] for e in effects if e.primary and e.verdict == "contradicts"]
     if worse:
         notes.append(f"The leave-one-out baseline measurably raised the variance at {', '.join(worse)}: "
