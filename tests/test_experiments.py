@@ -388,11 +388,12 @@ def length_penalty_numbers(hard_gain, noise=(0.0,) * 3):
 
 
 def forking_numbers(concentration, noise=(0.0,) * 3):
-    """concentration: the full update's share of the change on the top 20% over random's;
-    `noise` on the top share."""
+    """concentration: the full update's share of the change on the top 20% over random's
+    (the controls: SFT and a random direction, a third of it); `noise` on the top share."""
     arms = {}
-    for name in forking_tokens.ARMS:
-        arms[name] = {"pass@1": per_seed(0.5), "top_share": [0.25 + concentration + n
+    for name in forking_tokens.LABELS:
+        excess = concentration if name in forking_tokens.ARMS else abs(concentration) / 3
+        arms[name] = {"pass@1": per_seed(0.5), "top_share": [0.25 + excess + n
                                                              for n in noise],
                       "random_share": per_seed(0.25), "top_entropy": per_seed(1.5),
                       "entropy": per_seed(0.4), "tokens": per_seed(5000.0),
