@@ -9,9 +9,15 @@ none`, the samples treated as on-policy) or correct: TIS truncates the weight at
 drops the tokens outside [1/C, C] (C = `loss.is_threshold` = 2).
 
 Arms, all on the real fleets (Ray, one inference worker beside the trainer, each one
-thread of the 2 cores): k = 0 (the worker waits for every version), 1 and 4 without a
-correction, and k = 4 with TIS and with MIS. The engine decodes in `ENGINE_DTYPE` beside
-an fp32 trainer. Measured: the loop's own figures per step (the lag of trained tokens,
+thread of the 2 cores): k = 0 (the worker waits for every version), 4 and 8, each without a
+correction, with TIS and with MIS. The engine decodes in bf16 beside an fp32 trainer.
+
+Real lag needs a learner slower than inference: each batch is reused 2 epochs x 4
+minibatches (8 updates a step, and more drift per version), and running rows keep the KV
+cache their old weights wrote (`rollout.recompute_cache_on_update=false`), so the worker
+runs ahead as far as k lets it. (Before, with one update a step and the cache rebuilt at
+every version, the lag at k = 4 was 1.03 versions and the drift ~2e-4: nothing to
+correct.) Measured: the loop's own figures per step (the lag of trained tokens,
 KL(mu || pi_old) split into fresh tokens (`behaviour/engine_kl`, the engine's mismatch
 alone) and lagged ones (`behaviour/stale_kl`), dropped groups, seconds per step), the
 final held-out pass@1, and beside them the fleet simulator's prediction (runtime/simulator.py)
@@ -43,15 +49,16 @@ from .stats import cell, paired
 from .verdict import Effect, Verdict
 
 NAME = "staleness"
-CLAIM = ("On the asynchronous fleets, letting inference run k = 4 versions ahead makes steps "
-         "faster but trains on tokens drawn further from the trained policy (KL(mu || pi_old) "
-         "grows), and the two-factor importance correction (MIS) recovers the pass@1 the drift "
-         "costs.")
+CLAIM = ("On the asynchronous fleets with a learner slower than inference, letting inference "
+         "run k = 4 versions ahead makes steps faster but trains on tokens drawn further from "
+         "the trained policy (KL(mu || pi_old) grows), and the two-factor importance "
+         "correction (MIS) recovers the pass@1 the drift costs.")
 # The engine's precision: bf16 beside the fp32 trainer, the mismatch the field meets when the
 # sampler runs reduced precision. On a CPU without bf16 kernels the engine emulates bf16 (10x
 # slower than fp32 on an AVX2-only EPYC), so `Settings.engine_dtype` says which was run.
 FLEET = ("runtime.mode=inflight", "runtime.inference_workers=1", "runtime.worker_threads=1",
-         "train.threads=1", "train.compute_dtype=float32")
+         "train.threads=1", "train.compute_dtype=float32", "train.epochs=2",
+         "train.minibatches=4", "rollout.recompute_cache_on_update=false")
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,8 @@ class ArmSpec:
     correction: str  # loss.is_correction
 
 
-ARMS = {"k0": ArmSpec(0, "none"), "k1": ArmSpec(1, "none"), "k4": ArmSpec(4, "none"),
-        "k4_tis": ArmSpec(4, "tis"), "k4_mis": ArmSpec(4, "mis")}
+ARMS = {f"k{k}{'' if correction == 'none' else '_' + correction}": ArmSpec(k, correction)
+        for k in (0, 4, 8) for correction in ("none", "tis", "mis")}
 CURVES = ("staleness/lag_mean", "behaviour/engine_kl", "behaviour/stale_kl", "time/step_s")
 
 
@@ -76,8 +83,10 @@ class Settings:
 
 SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base on the in-flight fleets: one "
          "inference worker (rlscale's engine in bf16) beside the fp32 trainer, one thread "
-         "each; runtime.max_staleness k = 0, 1, 4 without a correction and k = 4 with "
-         "loss.is_correction = tis and mis (C = 2), the same seeds.")
+         "each; a slow learner (each batch reused 2 epochs x 4 minibatches) and running rows "
+         "keeping their KV cache across versions, so inference runs ahead; "
+         "runtime.max_staleness k = 0, 4, 8, each with loss.is_correction none, tis and mis "
+         "(C = 2), the same seeds.")
 SETTINGS = {"quick": Settings(steps=4, engine_dtype="bfloat16", prompts=16, samples=2,
                               skip_steps=1),
             "full": Settings(steps=40, engine_dtype="bfloat16", prompts=200, samples=4,
@@ -237,11 +246,8 @@ def step_time_notes(speed: Verdict, seeds: int, a: list[dict], b: list[dict],
         "while its decode time per step went from "
         f"{avg(a, 'busy_share') * avg(a, 'step_s'):.2f} to "
         f"{avg(b, 'busy_share') * avg(b, 'step_s'):.2f} s. The rest is outside its decode "
-        "calls: at k = 4 new weights reach it with rows running, and it rebuilds their KV "
-        "cache with the new weights (`rollout.recompute_cache_on_update`, on by default), "
-        "a prefill of every running row's context per version; at k = 0 its rows have "
-        "drained before the update. The simulator charges a weight load a fixed pause "
-        "and no rebuild.")]
+        "calls (weight loads with rows running, the shared cores), which the simulator "
+        "charges as a fixed pause.")]
 
 
 def analyse(numbers: Numbers) -> Analysis:
@@ -259,9 +265,18 @@ def analyse(numbers: Numbers) -> Analysis:
                expected_sign=+1, min_effect=0.01, primary=False),
         Effect("pass@1: k=4 uncorrected - k=0", paired(k0["pass@1"], k4["pass@1"]),
                expected_sign=-1, min_effect=0.01, primary=False),
-        Effect("mean lag of trained tokens (versions): k=4 - k=1",
-               paired(figure(arms_["k1"], "lag_mean"), figure(k4, "lag_mean")),
-               expected_sign=+1, primary=False),
+        Effect("mean lag of trained tokens (versions) at k=4: the set-up lags",
+               tuple(figure(k4, "lag_mean")), expected_sign=+1, primary=False,
+               min_effect=1.0),
+        Effect("mean lag of trained tokens (versions): k=8 - k=4",
+               paired(figure(k4, "lag_mean"), figure(arms_["k8"], "lag_mean")),
+               expected_sign=+1, primary=False, min_effect=0.5),
+        Effect("KL(mu || pi_old) per trained token: k=8 - k=4",
+               paired(figure(k4, "behaviour_kl"), figure(arms_["k8"], "behaviour_kl")),
+               expected_sign=+1, primary=False, min_effect=1e-3),
+        Effect("pass@1: k=8 with MIS - k=8 uncorrected",
+               paired(arms_["k8"]["pass@1"], arms_["k8_mis"]["pass@1"]), expected_sign=+1,
+               primary=False, min_effect=0.01),
     ]
     simulated = numbers["simulated"]
     rows = []
@@ -279,8 +294,8 @@ def analyse(numbers: Numbers) -> Analysis:
                    "KL lagged tokens", "lagged share", "dropped groups", "s / step",
                    "pass@1"], rows)
     notes = [
-        f"Engine in {numbers['engine_dtype']}, trainer in fp32, one inference worker and the "
-        "trainer on one core each. KL(mu || pi_old) is the loop's k3 estimate on the trained "
+        f"Engine in {numbers['engine_dtype']}, trainer in fp32 reusing each batch 2 epochs x "
+        "4 minibatches, one inference worker and the trainer on one core each. KL(mu || pi_old) is the loop's k3 estimate on the trained "
         "tokens: `behaviour/engine_kl` on tokens drawn by the weights being trained (the "
         "engine's mismatch alone), `behaviour/stale_kl` on lagged ones; means over steps. "
         f"pass@1: held-out `test`, {numbers['prompts']} prompts x {numbers['samples']} "
@@ -319,6 +334,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-# minutes: measured 39.5 min (2 seeds, 2026-12-03, AVX2-only EPYC: bf16 emulated in the engine)
+# minutes: estimated 54 a seed (9 arms x ~6 min: the 5 arms of one update a step measured
+# ~4 min each, 2026-12-03; 8 updates a step slow the learner) -- does not fit 60 min at 4 seeds
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=20)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=54)
