@@ -14,6 +14,11 @@ step's own samples, the ratios of the updated policy to the one that sampled the
 into length buckets (quartiles of the completion lengths). Per bucket the variance of each
 log-ratio (the ratio's own variance is ruled by a few outliers: it is the exp of a sum); per
 seed, the slope of log variance against log length.
+
+Beside it, what the spread does to training: GRPO (token ratios), the sequence-level ratio
+and GSPO, each with its preset's clip range and aggregation, trained from the same base and
+seeds under the same 4 x 4 reuse; their clip fractions, the largest per-step KL(old || new)
+(the spikes a wide ratio spread lets through) and held-out pass@1.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ import torch
 from ..rlvr import objectives, token_math
 from ..rlvr.advantages import group_advantages
 from ..rlvr.model import load_model
-from .measure import policy_batch, policy_trainer, rollout_source
+from .measure import pass_at, policy_batch, policy_trainer, rollout_source
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
-from .setup import Arm, Context, TrainedArm, arm_config
-from .spec import Experiment, Numbers
+from .setup import Arm, Context, TrainedArm, arm_config, mean_of, series
+from .spec import Experiment, Numbers, grpo_arms
 from .stats import cell, curve, paired
 from .verdict import Effect
 
@@ -52,19 +57,44 @@ BUCKETS = 4
 @dataclass(frozen=True)
 class Settings:
     steps: int       # GRPO steps, each measured
+    train_steps: int  # steps of each trained objective
+    prompts: int     # their held-out pass@1
+    samples: int
 
 
-SETUP = ("No separate training arm: from the SFT base, GRPO steps by the library's trainer "
+# The trained comparison: each objective's own preset under the measured reuse.
+OBJECTIVES = {"grpo": ("objective=grpo",), "sequence": ("objective=sequence",),
+              "gspo": ("objective=gspo",)}
+TRAIN_REUSE = ("train.epochs=4", "train.minibatches=4", "train.lr=1e-4",
+               "train.compute_dtype=float32", "loss.kl_coef=0", "eval.every=0")
+
+
+SETUP = ("From the SFT base, GRPO steps by the library's trainer "
          "with each batch reused 4 epochs x 4 minibatches (lr 1e-4, float32, token sums: no "
          "1/|y|, which would give every sequence the same update mass); after each "
          "step the sequence ratio, GSPO's length-normalised one and the token ratios of the "
          "new policy to the old on the step's samples; the variance of their logs by length "
-         "quartile.")
-SETTINGS = {"quick": Settings(steps=3), "full": Settings(steps=40)}
+         "quartile. Beside it, GRPO, the sequence ratio and GSPO trained 60 steps each "
+         "(their presets) under the same reuse: clip fractions, KL spikes, pass@1.")
+SETTINGS = {"quick": Settings(steps=3, train_steps=3, prompts=16, samples=2),
+            "full": Settings(steps=40, train_steps=60, prompts=400, samples=4)}
 
 
 def arms(scale: str) -> list[Arm]:
-    return []  # the trainer runs inside the measurement (its ratios are not logged per sequence)
+    # The variance itself is measured inside `measure` (ratios are not logged per sequence);
+    # these are the trained comparison's runs.
+    return grpo_arms(SETTINGS[scale].train_steps, OBJECTIVES, *TRAIN_REUSE)
+
+
+def training_figures(run: TrainedArm, s: Settings) -> dict[str, float]:
+    """A trained objective's clip fraction and KL(old || new) per step (mean and largest
+    over its steps), and its held-out pass@1."""
+    rows = run.metrics()
+    _, kl = series(rows, "kl/old_new")
+    return {"clip_frac": mean_of(rows, "clip/frac") or 0.0,
+            "kl_mean": sum(kl) / len(kl) if kl else 0.0, "kl_max": max(kl, default=0.0),
+            "pass@1": pass_at(run.final, run.config(), split="test", seed=run.seed,
+                              prompts=s.prompts, samples=s.samples, ks=(1,)).pass_at[1]}
 
 
 @torch.no_grad()
@@ -161,8 +191,11 @@ def measure_seed(ctx: Context, seed: int, s: Settings) -> dict:
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    return {"seeds": list(ctx.seeds), "steps": s.steps,
-            "per_seed": [measure_seed(ctx, seed, s) for seed in ctx.seeds]}
+    trained_figures = {name: [training_figures(run, s) for run in trained[name]]
+                      for name in OBJECTIVES}
+    return {"seeds": list(ctx.seeds), "steps": s.steps, "train_steps": s.train_steps,
+            "per_seed": [measure_seed(ctx, seed, s) for seed in ctx.seeds],
+            "trained": trained_figures}
 
 
 def slopes(numbers: Numbers, ratio: str) -> list[float]:
@@ -179,6 +212,18 @@ def analyse(numbers: Numbers) -> Analysis:
         Effect("slope of log Var(log GSPO ratio) on log length", tuple(gspo), expected_sign=-1,
                primary=False, min_effect=0.1),
     ]
+    trained = numbers.get("trained")
+    if trained:
+        def of(name: str, key: str) -> list[float]:
+            return [f[key] for f in trained[name]]
+
+        effects += [
+            Effect("trained: largest KL(old || new) a step, sequence - GSPO",
+                   paired(of("gspo", "kl_max"), of("sequence", "kl_max")), expected_sign=+1,
+                   primary=False, min_effect=1e-3),
+            Effect("trained: pass@1, GSPO - sequence", paired(of("sequence", "pass@1"),
+                                                             of("gspo", "pass@1")),
+                   expected_sign=+1, primary=False, min_effect=0.02)]
     per_seed = numbers["per_seed"]
     rows = []
     for b in range(min(len(p["mean_length"]) for p in per_seed)):
@@ -192,6 +237,17 @@ def analyse(numbers: Numbers) -> Analysis:
              f"the one that sampled it, on the step's {per_seed[0]['completions'] // numbers['steps']} "
              "completions; buckets at the quartiles of the completion lengths. KL(old || new) "
              "per token and step: " + cell([p["kl_new_old"] for p in per_seed], 5) + "."]
+    if trained:
+        notes.append(Table(
+            ["trained objective", "clip fraction", "KL(old || new) a step", "largest",
+             "held-out pass@1"],
+            [[name, cell([f["clip_frac"] for f in figures], 4),
+              cell([f["kl_mean"] for f in figures], 5), cell([f["kl_max"] for f in figures], 5),
+              cell([f["pass@1"] for f in figures])] for name, figures in trained.items()]
+        ).markdown())
+        notes.append(f"Trained: each objective's preset (clip ranges: token 0.2, sequence 0.2, "
+                     f"GSPO 3e-4 / 4e-4) for {numbers['train_steps']} steps under the same "
+                     "4 x 4 reuse; the clip fraction and KL are the loop's per-step figures.")
     return Analysis(effects, table, notes)
 
 
@@ -212,6 +268,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-# minutes: 2 seeds x 40 steps of 16 updates (~4 s each with sampling and the extra forwards)
+# minutes: a seed's 40 measured steps of 16 updates (~4 s each with sampling and the extra
+# forwards, ~3 min), plus 3 objectives x 60 trained steps (~2.5 min each) and their evals
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=3)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=12)
