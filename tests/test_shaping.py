@@ -96,3 +96,23 @@ def test_shaping_terms_are_a_registry_switched_by_the_objective():
     close(shaped, [1 - 0.02, 0 - 0.1 - 1.0, 1 - 0.09 - 0.5 - 0.75 * 7 / 8, 1 - 0.06 - 0.375])
     assert stats == pytest.approx({"length/overlong_penalty_mean": sum(overlong) / 4,
                                    "length/adaptive_penalty_mean": sum(adaptive) / 4})
+
+
+def test_length_penalties_wait_for_their_start_step():
+    from dataclasses import replace
+
+    from rlscale.rlvr.objectives import Objective
+    from rlscale.rlvr.shaping import ShapingInputs, shape_rewards
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    lengths = torch.tensor([2.0, 10.0, 9.0, 6.0])
+    objective = Objective(length_penalty_per_token=0.01, adaptive_length_penalty=1.0,
+                          overlong_penalty=True, length_penalty_start=5)
+    before = ShapingInputs(rewards, lengths, group_size=4, max_length=10, step=4)
+    shaped, stats = shape_rewards(before, objective)
+    # step 4 < 5: only the overlong term (not a length penalty of this field) applies
+    close(shaped, [1.0, 0.0 - 1.0, 1.0 - 0.5, 1.0])
+    assert "length/adaptive_penalty_mean" not in stats
+    on, _ = shape_rewards(replace(before, step=5), objective)
+    started, _ = shape_rewards(before, replace(objective, length_penalty_start=0))
+    close(on, started.tolist())

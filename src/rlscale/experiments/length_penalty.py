@@ -8,7 +8,10 @@ completions, by their length within the group and by the group's success rate, s
 shorten the easy prompts' completions and leave the hard prompts alone.
 
 The same GRPO run from the SFT base (configs/rlvr/reasoning.yaml) three ways: no penalty,
-`loss.length_penalty_per_token`, `loss.adaptive_length_penalty`, both from the first step.
+`loss.length_penalty_per_token`, `loss.adaptive_length_penalty`, both from the first step;
+and a sweep of strength x start step around them (`loss.length_penalty_start`): the
+constant penalty at half and twice the price, and both penalties switched on half-way, so
+that a verdict does not hang on one price and one schedule.
 Measured on held-out prompts with the final models, by difficulty (the task's number of
 terms, `rlvr.evaluate`'s `difficulty/<terms>/...` details): accuracy and mean length; over
 training, the batches' mean length.
@@ -35,19 +38,34 @@ ADAPTIVE = 0.5         # the longest correct completion of an easy group costs u
 PENALTIES = {"none": (), "constant": (f"loss.length_penalty_per_token={PER_TOKEN}",),
              "adaptive": (f"loss.adaptive_length_penalty={ADAPTIVE}",)}
 LABELS = {"none": "no penalty", "constant": f"constant ({PER_TOKEN}/token)",
-          "adaptive": f"adaptive (strength {ADAPTIVE})"}
+          "adaptive": f"adaptive (strength {ADAPTIVE})",
+          "constant_half": f"constant ({PER_TOKEN / 2}/token)",
+          "constant_double": f"constant ({PER_TOKEN * 2}/token)",
+          "constant_late": f"constant ({PER_TOKEN}/token) from half-way",
+          "adaptive_late": f"adaptive ({ADAPTIVE}) from half-way"}
+
+
+def penalties(steps: int) -> dict[str, tuple[str, ...]]:
+    """The compared arms (PENALTIES) and the sweep around them, for a run of `steps`."""
+    late = f"loss.length_penalty_start={steps // 2}"
+    return {**PENALTIES,
+            "constant_half": (f"loss.length_penalty_per_token={PER_TOKEN / 2}",),
+            "constant_double": (f"loss.length_penalty_per_token={PER_TOKEN * 2}",),
+            "constant_late": (*PENALTIES["constant"], late),
+            "adaptive_late": (*PENALTIES["adaptive"], late)}
 CURVES = ("length/mean", "reward/mean", "length/easy_mean", "length/hard_mean")
 SETUP = ("GRPO (configs/rlvr/reasoning.yaml) from the SFT base with no length penalty, a "
          f"constant {PER_TOKEN} per token (loss.length_penalty_per_token) and the "
          f"difficulty-adaptive penalty at strength {ADAPTIVE} (loss.adaptive_length_penalty), "
-         "the same seeds; held-out accuracy and mean length by the number of terms, and the "
-         "batches' length over training.")
+         "the same seeds; a sweep around them: the constant price halved and doubled, and "
+         "both penalties from half-way (loss.length_penalty_start); held-out accuracy and "
+         "mean length by the number of terms, and the batches' length over training.")
 SETTINGS = {"quick": CurveBudget(steps=4, prompts=32, samples=2, window=2),
             "full": CurveBudget(steps=100, prompts=400, samples=4, window=10)}
 
 
 def arms(scale: str) -> list[Arm]:
-    return grpo_arms(SETTINGS[scale].steps, PENALTIES)
+    return grpo_arms(SETTINGS[scale].steps, penalties(SETTINGS[scale].steps))
 
 
 def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict:
@@ -59,7 +77,7 @@ def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict:
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
-    return measure_curve_arms(ctx, trained, SETTINGS[ctx.scale.name], PENALTIES, CURVES,
+    return measure_curve_arms(ctx, trained, SETTINGS[ctx.scale.name], list(trained), CURVES,
                               final_figures)
 
 
@@ -135,14 +153,14 @@ def plot(numbers: Numbers, out: Path) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, key, title in ((axes[0][0], "length/mean", "mean length (training batches)"),
                            (axes[0][1], "reward/mean", "mean reward (training batches)")):
-        for name in PENALTIES:
+        for name in a:
             band(ax, a[name]["window_centres"], a[name]["curves"][key], LABELS[name])
         ax.set_xlabel("training step")
         ax.set_title(title)
     for ax, key, title in ((axes[1][0], "accuracy", "held-out accuracy by difficulty"),
                            (axes[1][1], "length", "held-out mean length by difficulty")):
         x = [int(lv) for lv in ladder]
-        for name in PENALTIES:
+        for name in a:
             means, ses = curve([[per_level[lv] for lv in ladder] for per_level in a[name][key]])
             ax.errorbar(x, means, yerr=ses, capsize=4, marker="o", label=LABELS[name])
         ax.set_xlabel("terms in the chain")
@@ -151,6 +169,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-# minutes: measured 16.1 (fp32, 2026-12-03): 6 x 100 GRPO steps + 6 evals
+# minutes: measured 16.1 for 2 seeds x 3 arms (fp32, 2026-12-03): ~2.7 min an arm with its
+# eval; 7 arms a seed with the sweep -- 76 min at 4 seeds, over the 60-minute budget
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=8)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=19)

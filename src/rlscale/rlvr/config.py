@@ -152,6 +152,7 @@ LOSS_HELP = {
     "value_clip": "the critic's value clipping range around its values before the step (0: off)",
     "critic_lr": "the critic's learning rate (null: train.lr)",
     "whiten_advantages": "standardise the critic's advantages over the batch's tokens",
+    "length_penalty_start": "the training step from which the length penalties apply",
 }
 
 

@@ -94,13 +94,14 @@ def make_critic(cfg: RLVRConfig, objective: objectives.Objective, model,
 
 
 def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
-                   cfg: RLVRConfig) -> tuple[torch.Tensor, dict[str, float]]:
+                   cfg: RLVRConfig, step: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
     """Verifier reward plus the objective's shaping terms (shaping.SHAPING_TERMS), and their
     statistics with the completion length per difficulty bucket."""
     lengths = group.rollout.lengths.float()
     size = cfg.rollout.group_size
     rewards, stats = shaping.shape_rewards(
-        shaping.ShapingInputs(group.rewards, lengths, size, cfg.rollout.max_new_tokens), objective)
+        shaping.ShapingInputs(group.rewards, lengths, size, cfg.rollout.max_new_tokens, step),
+        objective)
     success = group.rewards.view(-1, size).gt(0.5).float().mean(1)
     group_lengths = lengths.view(-1, size)
     for bucket in ("easy", "medium", "hard"):
@@ -296,7 +297,7 @@ class RLVRRun:
         t0 = time.perf_counter()
         group, metrics = self.rollouts.next_batch(self.step, self.learner.version)
         t_collect = time.perf_counter() - t0
-        rewards, length_stats = shaped_rewards(group, self.objective, cfg)
+        rewards, length_stats = shaped_rewards(group, self.objective, cfg, self.step)
         advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, size)
         r = group.rollout
         batch = build_policy_batch(r.prompt_ids, r.completion_ids, r.mask, advantages,

@@ -377,6 +377,7 @@ class Objective:
     # length shaping terms that no preset sets (shaping.SHAPING_TERMS; 0 is off)
     length_penalty_per_token: float = _number(0.0, ge=0)
     adaptive_length_penalty: float = _number(0.0, ge=0)
+    length_penalty_start: int = _number(0, ge=0)  # the step from which both length terms apply
     # the policy gradient on the top-rho share of tokens by entropy only (1: all tokens)
     entropy_top_rho: float = _number(1.0, gt=0, le=1)
     # the advantage mix (mixed_advantages): the verifier's group-relative sequence advantage

@@ -112,12 +112,14 @@ def difficulty_buckets(success_rates: Tensor | Sequence[float]) -> list[str]:
 @dataclass(frozen=True)
 class ShapingInputs:
     """What a shaping term may read: the verifier's rewards and the completion lengths
-    (`[N]`, groups of `group_size` consecutive rows), and the generation budget."""
+    (`[N]`, groups of `group_size` consecutive rows), the generation budget, and the
+    training step the batch is for."""
 
     rewards: Tensor
     lengths: Tensor
     group_size: int
     max_length: int
+    step: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,9 @@ def register_shaping(name: str, metric: str | None = None):
 
 @register_shaping("length_penalty_per_token")
 def constant_length_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
-    """`constant_length_penalty` at `objective.length_penalty_per_token` (off at 0)."""
-    if objective.length_penalty_per_token <= 0:
+    """`constant_length_penalty` at `objective.length_penalty_per_token` (off at 0, and
+    before step `objective.length_penalty_start`)."""
+    if objective.length_penalty_per_token <= 0 or inputs.step < objective.length_penalty_start:
         return None
     return constant_length_penalty(inputs.lengths, objective.length_penalty_per_token)
 
@@ -160,9 +163,10 @@ def overlong_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
 
 @register_shaping("adaptive_length_penalty", metric="length/adaptive_penalty_mean")
 def adaptive_length_term(inputs: ShapingInputs, objective: Objective) -> Tensor | None:
-    """`adaptive_length_penalty` at strength `objective.adaptive_length_penalty` (off at 0),
-    on the verifier's rewards (not on the already shaped ones)."""
-    if objective.adaptive_length_penalty <= 0:
+    """`adaptive_length_penalty` at strength `objective.adaptive_length_penalty` (off at 0,
+    and before step `objective.length_penalty_start`), on the verifier's rewards (not on the
+    already shaped ones)."""
+    if objective.adaptive_length_penalty <= 0 or inputs.step < objective.length_penalty_start:
         return None
     return adaptive_length_penalty(inputs.rewards, inputs.lengths, inputs.group_size,
                                    strength=objective.adaptive_length_penalty)
