@@ -54,6 +54,7 @@ from rlscale.experiments.verdict import (
     estimate,
     experiment_verdict,
     judge,
+    judge_at_most,
     overall,
 )
 from rlscale.rlvr import objectives
@@ -136,6 +137,28 @@ def test_detectable_is_the_effect_found_four_times_in_five():
     assert Effect("e", (0.10, 0.12, 0.11, 0.13), +1, min_effect=0.05).could_show
     assert not Effect("e", (0.10, -0.08, 0.05, -0.04), +1, min_effect=0.05).could_show
     assert not Effect("e", (0.1,), +1, min_effect=0.05).could_show  # one seed shows nothing
+
+
+def test_the_at_most_test_supports_five_percent_of_effects_at_the_margin():
+    """Non-superiority: with the true effect exactly at the margin, `supports` in <= 5% of
+    20,000 simulated experiments; with no effect and a small spread, nearly always; an
+    effect clearly above the margin contradicts."""
+    rng = np.random.default_rng(7)
+    margin, seeds, trials = 0.02, 4, 20_000
+    at_margin = rng.normal(margin, 0.03, size=(trials, seeds))
+    supported = sum(judge_at_most(estimate(r.tolist()), margin) == "supports"
+                    for r in at_margin) / trials
+    assert supported <= 0.05 + 3 * (0.05 * 0.95 / trials) ** 0.5
+    none = rng.normal(0.0, 0.005, size=(2000, seeds))
+    assert sum(judge_at_most(estimate(r.tolist()), margin) == "supports"
+               for r in none) / 2000 > 0.95
+    above = Effect("e", (0.10, 0.12, 0.11, 0.13), -1, min_effect=margin, test="at_most")
+    assert above.verdict == "contradicts"
+    tie = Effect("e", (0.0, 0.001, -0.001, 0.0005), -1, min_effect=margin, test="at_most")
+    assert tie.verdict == "supports" and tie.could_show
+    assert Effect.from_dict(json.loads(json.dumps(tie.as_dict()))) == tie
+    with pytest.raises(ValueError, match="positive margin"):
+        judge_at_most(estimate([0.0, 0.1]), 0.0)
 
 
 def test_overall_is_contradicted_by_any_and_supported_by_all():

@@ -17,7 +17,7 @@ from .record import ExperimentResult, Table, load_result
 from .registry import EXPERIMENTS
 from .setup import FULL, QUICK, SFTArm
 from .spec import Experiment
-from .verdict import ALPHA, POWER, could_show, describe, power_statement
+from .verdict import ALPHA, POWER, Effect, could_show, describe, power_statement
 
 SEED_KEYS = ("train.seed=", "seed=", "data.seed=")  # what differs between an arm's seeds
 # The report before verdicts had a stated error rate and every section a saved result.
@@ -41,7 +41,9 @@ the run), *contradicts* it when the same holds for the opposite sign, and is *in
 otherwise; one seed is always inconclusive. Under no effect, a false call (either way) has
 probability <= {alpha:.0%} per effect (tests/test_experiments.py measures it by simulation). A
 claim is contradicted by any primary effect that contradicts it, supported only when all its
-primary effects support it.
+primary effects support it. An effect the claim says is *at most* a margin (e.g. "RL does
+not raise pass@k at large k") is a non-superiority test: supported when its one-sided 95%
+upper bound is below the margin (`min`), contradicted when it is clearly above it.
 
 **Power**: *detects* is the smallest true effect whose interval would exclude 0 with
 probability {power:.0%} at the observed spread, `(t_(1-alpha/2) + t_power) SE`. A set-up
@@ -68,9 +70,16 @@ def _wall_time(result: ExperimentResult) -> str:
             f"{len(result.arms)} arm runs trained before")
 
 
+def predicted(effect: Effect) -> str:
+    """What the claim predicts of an effect: a sign, or (at most) a ceiling."""
+    if effect.test == "at_most":
+        return f"at most {effect.min_effect:g}"
+    return "+" if effect.expected_sign > 0 else "-"
+
+
 def _effects_table(result: ExperimentResult) -> str:
     rows = [[e.name, ", ".join(f"{v:+.4g}" for v in e.per_seed), describe(e),
-             "+" if e.expected_sign > 0 else "-", f"{e.min_effect:g}", power_statement(e),
+             predicted(e), f"{e.min_effect:g}", power_statement(e),
              "primary" if e.primary else "reported",
              f"**{e.verdict}**" if e.primary else e.verdict]
             for e in result.analysis.effects]

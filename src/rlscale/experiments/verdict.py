@@ -17,6 +17,13 @@ Under the null (true effect 0) the interval excludes 0 with probability ALPHA, a
 per effect (checked by simulation in the tests). With 2 seeds `t_1 = 12.7`, not the 2 that
 a normal approximation gives: two seeds almost never decide anything.
 
+**At most** (`Effect.test = "at_most"`, a non-superiority test): a claim that an effect is
+not above a margin (e.g. "RL does not raise pass@k at large k") is supported when the
+one-sided `1 - ALPHA` upper bound `mean + t_{1-ALPHA, n-1} SE` is below the effect's
+`min_effect` (the margin), contradicted when the two-sided interval excludes 0 from above
+and the mean is at least the margin; under a true effect at the margin a false support has
+probability <= ALPHA.
+
 **Power.** `detectable` is the smallest true effect whose interval would exclude 0 with
 probability POWER (80%) at the observed spread: `(t_{1 - ALPHA/2, n-1} + t_{POWER, n-1}) SE`.
 A set-up `could_show` an effect when that is no larger than the effect's `min_effect` (an
@@ -83,6 +90,20 @@ def estimate(values: Sequence[float]) -> Estimate:
     return Estimate(mean, math.sqrt(variance / n), n)
 
 
+def judge_at_most(est: Estimate, margin: float, *, alpha: float = ALPHA) -> Verdict:
+    """The non-superiority verdict: `supports` when the one-sided `1 - alpha` upper bound is
+    below `margin`, `contradicts` when the effect is clearly positive and at least `margin`,
+    `inconclusive` otherwise (and always with one seed)."""
+    if margin <= 0:
+        raise ValueError(f"an at-most test needs a positive margin, got {margin}")
+    if est.se is None:
+        return "inconclusive"
+    if est.mean + t_quantile(1 - alpha, est.n - 1) * est.se < margin:
+        return "supports"
+    half = est.half_width(alpha)
+    return "contradicts" if est.mean - half > 0 and est.mean >= margin else "inconclusive"
+
+
 def judge(est: Estimate, expected_sign: int, *, min_effect: float = 0.0,
           alpha: float = ALPHA) -> Verdict:
     """`supports` when the `1 - alpha` interval excludes 0 on the expected side and the
@@ -119,6 +140,7 @@ class Effect:
     expected_sign: int
     primary: bool = True
     min_effect: float = 0.0
+    test: Literal["sign", "at_most"] = "sign"  # at_most: min_effect is the margin
 
     @property
     def estimate(self) -> Estimate:
@@ -126,13 +148,23 @@ class Effect:
 
     @property
     def verdict(self) -> Verdict:
+        if self.test == "at_most":
+            return judge_at_most(self.estimate, self.min_effect)
         return judge(self.estimate, self.expected_sign, min_effect=self.min_effect)
 
     @property
     def could_show(self) -> bool:
         """Whether the design finds an effect of `min_effect` 4 times in 5 (POWER) at the
-        observed spread; never with one seed or without a stated minimum."""
-        detectable = self.estimate.detectable()
+        observed spread (at most: shows a zero effect below the margin 4 times in 5);
+        never with one seed or without a stated minimum."""
+        est = self.estimate
+        if self.test == "at_most":
+            if est.se is None:
+                return False
+            df = est.n - 1
+            reach = (t_quantile(1 - ALPHA, df) + t_quantile(POWER, df)) * est.se
+            return 0 < reach <= self.min_effect
+        detectable = est.detectable()
         return detectable is not None and 0 < detectable <= self.min_effect
 
     def as_dict(self) -> dict:
@@ -141,12 +173,13 @@ class Effect:
                 "expected_sign": self.expected_sign, "primary": self.primary,
                 "min_effect": self.min_effect, "mean": est.mean, "se": est.se, "n": est.n,
                 "interval": est.interval(), "alpha": ALPHA, "detectable": est.detectable(),
-                "power": POWER, "could_show": self.could_show, "verdict": self.verdict}
+                "power": POWER, "could_show": self.could_show, "test": self.test,
+                "verdict": self.verdict}
 
     @classmethod
     def from_dict(cls, data: dict) -> Effect:
         return cls(data["name"], tuple(data["per_seed"]), data["expected_sign"],
-                   data["primary"], data["min_effect"])
+                   data["primary"], data["min_effect"], data.get("test", "sign"))
 
 
 def experiment_verdict(effects: Sequence[Effect]) -> Verdict:
