@@ -33,7 +33,10 @@ def test_each_sequence_estimator_matches_the_hand_computation(name, first_group)
 
 def test_the_switches_and_presets_name_their_estimator():
     assert set(ADVANTAGE_ESTIMATORS) == {"group_mean", "leave_one_out", "std_normalized",
-                                         "leave_one_out_std_normalized"}
+                                         "leave_one_out_std_normalized", "reward"}
+    # PPO's: the rewards pass through, its critic's GAE forms the advantages in the step
+    assert ADVANTAGE_ESTIMATORS["reward"](REWARDS, 4).tolist() == REWARDS.tolist()
+    assert PRESETS["ppo"].advantage_estimator == "reward"
     assert estimator_name(std_normalize=False, leave_one_out=False) == "group_mean"
     assert estimator_name(std_normalize=True, leave_one_out=True) == "leave_one_out_std_normalized"
     assert PRESETS["grpo"].advantage_estimator == "group_mean"
