@@ -926,9 +926,9 @@ def test_staleness_simulator_is_fitted_to_the_fresh_arm():
     assert cfg.inference.decode_per_slot_s == pytest.approx(1 / 800)
     assert cfg.workload.response.sigma == pytest.approx(math.log(4) / 2)
     predicted = staleness.predictions(cfg)
-    assert set(predicted) == {"0", "1", "4"}
+    assert set(predicted) == {"0", "4", "8"}
     assert predicted["0"]["lag_mean"] == 0.0  # k = 0: every trained token is fresh
-    assert predicted["4"]["lag_mean"] >= predicted["1"]["lag_mean"] > 0.0
+    assert predicted["8"]["lag_mean"] >= predicted["4"]["lag_mean"] > 0.0
     assert predicted["4"]["step_s"] <= predicted["0"]["step_s"]
 
 

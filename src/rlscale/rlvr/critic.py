@@ -205,7 +205,7 @@ class Critic:
                                              targets.returns[chunk], micro.mask,
                                              clip=self.value_clip, aggregate=aggregate)
                     loss.backward()
-                    total += float(loss)
+                    total += float(loss.detach())
                     bit += float(share) * float(micro.mask.sum())
                 norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                             self.grad_clip))
