@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import pass_at
-from .plots import band, plt, save_figure, tidy
+from .plots import band, pass1_curves, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
 from .spec import Experiment, Numbers, grpo_arms
@@ -163,21 +163,10 @@ def analyse(numbers: Numbers) -> Analysis:
 
 def plot(numbers: Numbers, out: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, (name, arm) in enumerate(numbers["arms"].items()):  # colour i: the arm's
-        curves = arm["curves"]
-        label = f"dynamic sampling {name}"
-        band(axes[0], curves[0]["steps"], [c["pass@1"] for c in curves], label, marker="o")
-        for j, c in enumerate(curves):  # the tokens differ per seed: one line each
-            axes[1].plot(c["tokens"], c["pass@1"], marker="o", alpha=0.8, color=f"C{i}",
-                         label=label if j == 0 else None)
-        if name == "on":
-            band(axes[2], arm["steps"], arm["dropped_curve"], "groups dropped (on)")
-    axes[0].set_xlabel("training step")
-    axes[1].set_xlabel("tokens generated")
-    for ax in axes[:2]:
-        ax.set_ylabel("held-out pass@1 (loop eval)")
-    axes[0].set_title("pass@1 against steps (mean ± SE)")
-    axes[1].set_title("pass@1 against generated tokens (each seed)")
+    arms_ = numbers["arms"]
+    pass1_curves(axes[0], axes[1], {f"dynamic sampling {name}": arm["curves"]
+                                    for name, arm in arms_.items()}, "tokens", "tokens generated")
+    band(axes[2], arms_["on"]["steps"], arms_["on"]["dropped_curve"], "groups dropped (on)")
     axes[2].set_xlabel("training step")
     axes[2].set_title("share of drawn groups dropped (all rewards equal)")
     tidy(*axes)

@@ -60,3 +60,23 @@ def grouped_bars(ax, tick_labels: Sequence[str],
                yerr=[se[0] for _, se in mean_se], capsize=4, label=label)
     ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(tick_labels))],
                   tick_labels, fontsize=8)
+
+
+def pass1_curves(ax_steps, ax_other, curves: dict[str, list[dict]], other: str,
+                 other_label: str) -> None:
+    """Each arm's held-out eval curves (`{label: per-seed curves}`, each with `steps`,
+    `pass@1` and the x values `other`): pass@1 against training steps (mean ± SE) on
+    `ax_steps`, and against `other` on `ax_other`, one line per seed (the x values differ
+    per seed), in the arm's colour."""
+    for i, (label, per_seed) in enumerate(curves.items()):
+        band(ax_steps, per_seed[0]["steps"], [c["pass@1"] for c in per_seed], label,
+             marker="o")
+        for j, c in enumerate(per_seed):
+            ax_other.plot(c[other], c["pass@1"], marker="o", alpha=0.8, color=f"C{i}",
+                          label=label if j == 0 else None)
+    ax_steps.set_xlabel("training step")
+    ax_other.set_xlabel(other_label)
+    for ax in (ax_steps, ax_other):
+        ax.set_ylabel("held-out pass@1 (loop eval)")
+    ax_steps.set_title("pass@1 against steps (mean ± SE)")
+    ax_other.set_title(f"pass@1 against {other_label} (each seed)")
