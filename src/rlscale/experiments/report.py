@@ -26,8 +26,9 @@ PREVIOUS_REPORT = Path("docs/history/experiments-2026-12-03.md")
 HEADER = """# The field's claims, measured
 
 Each section is one `rlscale experiments` experiment on the reasoning task
-([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero*`) on
-tic-tac-toe or Connect Four, whose exact solutions judge a network: a claim from the
+([reasoning.md](reasoning.md)), or for the Zero ones (`zero_*`, `grpo_vs_zero*`,
+`selfplay_cycles`) on tic-tac-toe, Connect Four or small matrix games, whose exact solutions
+judge a network: a claim from the
 literature, the runs that test it (the library's own configs and training loops), a figure,
 and a verdict computed from the numbers. Every section is generated from a saved result
 (docs/experiments/NAME.json); an experiment without one has no verdict here.
