@@ -30,6 +30,7 @@ step started, unless that brings it closer to its return).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -264,8 +265,5 @@ def critic_advantages(critic: Critic, batch: PolicyBatch, *, gamma: float, lam: 
                               lam=lam)
     if whiten_advantages:
         advantages = whiten(advantages, mask)
-    figures = value_figures(values, rewards, mask, returns)
-    shaped = PolicyBatch(batch.input_ids, batch.attention_mask, batch.prompt_width,
-                         batch.completion_ids, mask, advantages, batch.sampler_logprobs,
-                         batch.policy_version, batch.token_versions, batch.teacher_logprobs)
-    return shaped, CriticTargets(values, returns), figures
+    return (dataclasses.replace(batch, advantages=advantages), CriticTargets(values, returns),
+            value_figures(values, rewards, mask, returns))

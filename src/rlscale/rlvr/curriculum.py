@@ -75,14 +75,13 @@ class LearnabilityCurriculum:
             if level in self.rates:
                 mean = sum(rates) / len(rates)
                 self.rates[level] = (1 - self.ema) * self.rates[level] + self.ema * mean
-        total = sum(self.weights())
+        weights = self.weights()
         figures = {}
-        for level, weight in zip(self.levels, self.weights(), strict=True):
+        for level, weight in zip(self.levels, weights, strict=True):
             figures[f"curriculum/rate_{level}"] = self.rates[level]
-            figures[f"curriculum/weight_{level}"] = weight / total
+            figures[f"curriculum/weight_{level}"] = weight / sum(weights)
         figures["curriculum/mean_level"] = sum(
-            float(level) * len(seen.get(level, [])) for level in self.levels) / max(
-            len(per_group), 1)
+            float(level) * len(rates) for level, rates in seen.items()) / max(len(per_group), 1)
         return figures
 
     def state(self) -> dict:
