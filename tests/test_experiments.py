@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from cores import every_core
@@ -823,6 +824,21 @@ def test_a_base_built_with_another_config_is_refused(experiments_root):
     with pytest.raises(RunDirError, match="another config"):
         base_model(experiments_root, other, progress=False)
     assert base_model(experiments_root, QUICK, progress=False) == experiments_root / "base" / "model"
+
+
+def test_a_base_recorded_before_a_field_was_added_is_reused(experiments_root):
+    """A config field added since the base was built compares as its default: the base is
+    reused, not refused (data.documents joined SFTConfig after bases were built)."""
+    recorded = experiments_root / "base" / "config.yaml"
+    text = recorded.read_text()
+    config = yaml.safe_load(text)
+    del config["data"]["documents"]
+    try:
+        recorded.write_text(yaml.safe_dump(config))
+        assert base_model(experiments_root, QUICK, progress=False) == \
+            experiments_root / "base" / "model"
+    finally:
+        recorded.write_text(text)
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))

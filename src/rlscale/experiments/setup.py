@@ -253,7 +253,7 @@ def _sft_once(cfg, run_dir: Path, what: str, *, overwrite: bool = False) -> Path
 
     model = Path(cfg.out)
     if (model / "config.json").is_file() and not overwrite:
-        recorded = rundir.read_recorded_config(run_dir) or {}
+        recorded = rundir.with_defaults(type(cfg), rundir.read_recorded_config(run_dir) or {})
         changes = [c for c in rundir.config_changes(recorded, config_to_dict(cfg),
                                                      BASE_FREE_FIELDS) if not c.free]
         if changes:

@@ -449,6 +449,11 @@ class SFTDataConfig(StrictModel):
     answer_only: bool = Field(
         False, description="the answer alone as the demonstration (the task's "
         "direct_demonstration: no reasoning trace), the baseline a trace task is measured against")
+    documents: dict[str, float] = Field(
+        default_factory=dict, description="shares of data.examples that are stand-alone "
+        "documents of the task's kinds instead of demonstrations (long_arithmetic: facts, "
+        "primers; docs/emergence.md), trained on every token after BOS: a pretraining corpus "
+        "with the skills of a solution and no solution")
     max_new_tokens: int = Field(8, ge=1, description="source teacher: the sampling budget")
     temperature: float = Field(1.0, gt=0, description="source teacher: the sampling temperature")
     seed: int = 0

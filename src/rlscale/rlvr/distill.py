@@ -61,12 +61,20 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
     fmt = PromptFormatter(tokenizer, cfg.model.chat_template if cfg.model else False,
                           cfg.model.system_prompt if cfg.model else None)
     rng = random.Random(f"sft:{cfg.data.seed}")
+    kinds, shares = _document_shares(cfg, task)
     if cfg.data.source == "teacher":
         prompts = [tokenizer(fmt(task.sample("train", rng)), add_special_tokens=False)["input_ids"]
                    for _ in range(cfg.data.examples)]
         return teacher_samples(cfg, tokenizer, prompts)
+    bos = [tokenizer.bos_token_id]
     pairs = []
     for _ in range(cfg.data.examples):
+        kind = rng.choices(kinds, weights=shares)[0] if kinds else None
+        if kind is not None:
+            text = task.document(kind, rng)
+            pairs.append((bos, tokenizer(text, add_special_tokens=False)["input_ids"]
+                          + [tokenizer.eos_token_id]))
+            continue
         ex = task.sample("train", rng)
         wrong = rng.random() < cfg.data.wrong_share
         text = task.corrupt(ex, rng) if wrong else demonstrate(ex, rng)
@@ -74,6 +82,26 @@ def build_demonstrations(cfg: SFTConfig, tokenizer) -> list[tuple[list[int], lis
         completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         pairs.append((prompt, completion))
     return pairs
+
+
+def _document_shares(cfg: SFTConfig, task) -> tuple[list[str | None], list[float]]:
+    """`data.documents` as choices for each example (None: a demonstration), checked against
+    the task's document kinds; empty when there are none."""
+    documents = cfg.data.documents
+    if not documents:
+        return [], []
+    known = getattr(task, "document_kinds", ())
+    unknown = sorted(set(documents) - set(known))
+    if unknown:
+        raise ValueError(f"data.documents: task '{task.name}' has no '{unknown[0]}' documents"
+                         f" (known: {', '.join(known) or 'none'})")
+    if cfg.data.source != "task":
+        raise ValueError("data.documents needs data.source: task")
+    if any(not 0 <= share <= 1 for share in documents.values()) or sum(documents.values()) > 1:
+        raise ValueError(f"data.documents: shares must lie in [0, 1] and sum to at most 1, "
+                         f"got {documents}")
+    rest = 1.0 - sum(documents.values())
+    return [*documents, None], [*documents.values(), rest]
 
 
 @torch.no_grad()

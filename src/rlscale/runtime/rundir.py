@@ -325,6 +325,16 @@ def read_recorded_config(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def with_defaults(config_type: type[StrictModel], recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config with the fields added since it was written at their defaults (so
+    they compare equal to a current config that leaves them alone); as it is when it no
+    longer validates."""
+    try:
+        return config_to_dict(config_type.model_validate(recorded))
+    except ValueError:
+        return recorded
+
+
 def check_resume_config(run_dir: str | Path, config: StrictModel, *, done: int, length_key: str,
                         free_fields: Iterable[str], allow_change: bool,
                         recorded_in: str | Path | None = None) -> list[ConfigChange]:
@@ -345,11 +355,7 @@ def check_resume_config(run_dir: str | Path, config: StrictModel, *, done: int, 
     recorded = read_recorded_config(Path(recorded_in if recorded_in is not None else run_dir))
     if recorded is None:
         return []
-    try:  # fields added since the run started compare as their defaults
-        recorded = config_to_dict(type(config).model_validate(recorded))
-    except ValueError:
-        pass
-    changes = config_changes(recorded, current, free_fields)
+    changes = config_changes(with_defaults(type(config), recorded), current, free_fields)
     # Settings named by the user (objective, train.lr) before the fields derived from them.
     math_changes = sorted((c for c in changes if not c.free),
                           key=lambda c: (c.key.startswith("loss."), c.key))

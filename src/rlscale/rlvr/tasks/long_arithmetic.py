@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .base import OOD, Example, TaskOptionError, check_option, check_split, draw_in_split
+from .chain_documents import DOCUMENT_KINDS, checked_step, facts_document, primer_document
 
 ANSWER_OPEN, ANSWER_CLOSE = "<a>", "</a>"
 # Numbers of at most 12 digits (int() of a huge digit string is slow, and refused past 4300);
@@ -74,11 +75,18 @@ class TraceCounters:
     missed_slips: int = 0  # checks that said "ok" to a wrong step
     false_alarms: int = 0  # checks that said "no" to a right step
     tool_steps: int = 0   # lines the calculator worked out (a call and its result)
+    true_alarms: int = 0  # checks that said "no" to a wrong step
+    redos: int = 0        # steps written again after their check said "no"
 
     @property
     def guessed(self) -> bool:
         """An answer with no worked line before it."""
-        return self.answered and self.steps + self.combined + self.tool_steps == 0
+        return self.answered and not self.worked
+
+    @property
+    def worked(self) -> bool:
+        """At least one worked line (an intermediate result)."""
+        return self.steps + self.combined + self.tool_steps > 0
 
     def as_metrics(self) -> dict[str, float]:
         lines = self.steps + self.combined
@@ -87,14 +95,17 @@ class TraceCounters:
                 "ungrammatical_lines": self.other_lines, "guess": float(self.guessed),
                 "checked_step_share": self.checks / lines if lines else 0.0,
                 "no_answer": float(not self.answered), "missed_slips": self.missed_slips,
-                "false_alarms": self.false_alarms, "tool_steps": self.tool_steps}
+                "false_alarms": self.false_alarms, "tool_steps": self.tool_steps,
+                "true_alarms": self.true_alarms, "redos": self.redos,
+                "intermediate": float(self.worked)}
 
 
 def count_behaviour(completion: str) -> TraceCounters:
     """The behaviour counters of one completion (any text: unknown lines are counted)."""
     steps = combined = checks = backtracks = wrong = other = missed = false_alarms = 0
-    tool_steps = 0
+    tool_steps = true_alarms = redos = 0
     answered = False
+    rejected = None  # the (total, operations) of the line above when its check said "no"
     for line in completion.strip().split("\n"):
         line = line.strip()
         if not line:
@@ -110,6 +121,8 @@ def count_behaviour(completion: str) -> TraceCounters:
             other += 1
             continue
         total, ops, result = int(match[1]), _TERM.findall(match[2]), int(match[3])
+        redos += rejected == (total, ops)
+        rejected = (total, ops) if match[8] == "no" else None
         if len(ops) == 1:
             steps += 1
         else:
@@ -124,8 +137,27 @@ def count_behaviour(completion: str) -> TraceCounters:
             backtracks += match[8] == "no"
             missed += slipped and match[8] == "ok"
             false_alarms += not slipped and match[8] == "no"
+            true_alarms += slipped and match[8] == "no"
     return TraceCounters(steps, combined, checks, backtracks, wrong, other, answered, missed,
-                         false_alarms, tool_steps)
+                         false_alarms, tool_steps, true_alarms, redos)
+
+
+def chained_lines(completion: str, example: Example) -> int:
+    """The lines that work the prompt's chain in order: one operation, the prompt's next one,
+    on the running total (its first term, then the result the line before wrote). A line
+    whose check says "no" does not advance the chain (its redo does)."""
+    total, ops = example.meta["first"], list(example.meta["ops"])
+    done = 0
+    for line in completion.strip().split("\n"):
+        match = _STEP.fullmatch(line.strip())
+        if match is None or done >= len(ops):
+            continue
+        terms = _TERM.findall(match[2])
+        sign, term = ops[done]
+        if len(terms) == 1 and int(match[1]) == total and terms[0] == (sign, str(term)) \
+                and match[8] != "no":
+            total, done = int(match[3]), done + 1
+    return done
 
 
 def parse_answer(completion: str) -> int | None:
@@ -140,6 +172,7 @@ def parse_answer(completion: str) -> int | None:
 @dataclass
 class LongArithmeticTask:
     name: str = "long_arithmetic"
+    document_kinds: ClassVar[tuple[str, ...]] = DOCUMENT_KINDS
     # The completion budget its traces need (the longest demonstrations are ~240 characters):
     # the reasoning recipe's rollout.max_new_tokens, rlvr eval's default.
     max_new_tokens: ClassVar[int] = 256
@@ -208,7 +241,8 @@ class LongArithmeticTask:
         return 1.0 if parse_answer(completion) == example.answer else 0.0
 
     def behaviour(self, completion: str, example: Example) -> dict[str, float]:
-        return count_behaviour(completion).as_metrics()
+        return {**count_behaviour(completion).as_metrics(),
+                "chained_lines": chained_lines(completion, example)}
 
     @staticmethod
     def difficulty(example: Example) -> int:
@@ -237,24 +271,29 @@ class LongArithmeticTask:
                              f"{RESULT_OPEN}{exact}{RESULT_CLOSE}")
                 total = exact
                 continue
-            written = _slip(exact, rng) if rng.random() < self.step_error else exact
-            line = str(total) + "".join(f"{s}{t}" for s, t in part) + f"={written}"
+            def write(exact: int = exact) -> int:
+                return _slip(exact, rng) if rng.random() < self.step_error else exact
+
+            written = write()
             if strategy == "careful":
                 (sign, term), = part
-                while True:
-                    back = "-" if sign == "+" else "+"
-                    undone = written - term if sign == "+" else written + term
-                    if undone == total:
-                        lines.append(f"{line} ?{written}{back}{term}={undone} ok")
-                        break
-                    lines.append(f"{line} ?{written}{back}{term}={undone} no")
-                    written = _slip(exact, rng) if rng.random() < self.step_error else exact
-                    line = f"{total}{sign}{term}={written}"
+                checked, written = checked_step(total, sign, term, written, write)
+                lines.extend(checked)
             else:
-                lines.append(line)
+                lines.append(str(total) + "".join(f"{s}{t}" for s, t in part) + f"={written}")
             total = written  # a slip not caught carries on
         lines.append(f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}")
         return "\n".join(lines)
+
+    def document(self, kind: str, rng: random.Random) -> str:
+        """A stand-alone pretraining document of `kind` (`DOCUMENT_KINDS`; chain_documents):
+        single-step facts, or a fact with its check, never in a solution."""
+        if kind == "facts":
+            return facts_document(rng, self.max_digits, self.sub_share)
+        if kind == "primers":
+            return primer_document(rng, self.max_digits, self.sub_share, self.step_error, _slip)
+        raise TaskOptionError(f"task '{self.name}' has no '{kind}' documents "
+                              f"(known: {', '.join(DOCUMENT_KINDS)})")
 
     def direct_demonstration(self, example: Example, rng: random.Random) -> str:
         """The answer alone, always right: the no-trace baseline's demonstrations."""

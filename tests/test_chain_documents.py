@@ -1,0 +1,108 @@
+"""The emergence bases' pretraining text (docs/emergence.md): stand-alone facts and check
+primers in the trace's grammar that never hold a multi-step solution (checked by a parser
+that does find one in every demonstrated trace), and the counters RL's behaviour is read by:
+true and false alarms, redos, worked lines and lines that work the prompt's own chain."""
+
+import random
+import re
+
+import pytest
+
+from rlscale.rlvr.config import SFTConfig
+from rlscale.rlvr.distill import build_demonstrations
+from rlscale.rlvr.model import build_char_tokenizer
+from rlscale.rlvr.tasks import Example, make_task
+from rlscale.rlvr.tasks.chain_documents import DOCUMENT_KINDS, multi_step_solution
+from rlscale.rlvr.tasks.long_arithmetic import chained_lines, count_behaviour
+
+TASK = make_task("long_arithmetic")
+
+
+def chain(prompt: str) -> Example:
+    first, rest = re.fullmatch(r"([0-9]+)(.*)=", prompt).groups()
+    ops = [(s, int(t)) for s, t in re.findall(r"([+-])([0-9]+)", rest)]
+    total = int(first) + sum(t if s == "+" else -t for s, t in ops)
+    return Example(prompt, total, {"first": int(first), "ops": ops, "terms": len(ops) + 1})
+
+
+@pytest.mark.parametrize(("text", "multi"), [
+    ("47+385=432\n432-96=336", True),                       # a continued running total
+    ("47+385=432\n<a>432</a>", True),                        # a step before an answer
+    ("47+385=432 ?432-385=47 ok\n432-96=336 ?336+96=432 ok", True),
+    ("<a>1046</a>", False),                                  # the answer alone
+    ("47+385=432\n663+65=728\n9+68=77", False),              # unrelated facts
+    ("432-96=346 ?346+96=442 no\n432-96=336 ?336+96=432 ok", False),  # a redo
+    ("47+385-96=336", False),                                # one combined line
+])
+def test_the_parser_finds_multi_step_solutions(text, multi):
+    assert multi_step_solution(text) is multi
+
+
+def test_no_document_holds_a_multi_step_solution_and_every_trace_does():
+    rng = random.Random(0)
+    for kind in DOCUMENT_KINDS:
+        documents = [TASK.document(kind, rng) for _ in range(5000)]
+        assert not any(multi_step_solution(d) for d in documents), kind
+        assert all(count_behaviour(d).other_lines == 0 for d in documents), kind
+        assert not any("<a>" in d for d in documents)
+    primers = [count_behaviour(TASK.document("primers", rng)) for _ in range(5000)]
+    assert all(c.checks == c.steps for c in primers)
+    assert sum(c.true_alarms for c in primers) == sum(c.redos for c in primers) > 200
+    assert sum(c.missed_slips + c.false_alarms for c in primers) == 0
+    # the parser does find the solutions the reasoning demonstrations write (worked chains)
+    examples = [TASK.sample("train", rng) for _ in range(300)]
+    worked = [TASK.demonstrate(ex, "plain", rng) for ex in examples]
+    assert all(multi_step_solution(t) for t in worked)
+
+
+def test_the_corpus_mixes_documents_and_answer_only_demonstrations():
+    cfg = SFTConfig.model_validate({
+        "init_preset": "tiny", "task": {"name": "long_arithmetic"},
+        "data": {"examples": 4000, "answer_only": True,
+                 "documents": {"facts": 0.4, "primers": 0.2}}})
+    tokenizer = build_char_tokenizer()
+    pairs = build_demonstrations(cfg, tokenizer)
+    documents = [c for p, c in pairs if p == [tokenizer.bos_token_id]]
+    assert 0.55 < len(documents) / len(pairs) < 0.65
+    texts = [tokenizer.decode(c[:-1]) for _, c in pairs]
+    assert not any(multi_step_solution(tokenizer.decode(p) + "\n" + t) for (p, _), t in
+                   zip(pairs, texts, strict=True) if p != [tokenizer.bos_token_id])
+    answers = [t for (p, _), t in zip(pairs, texts, strict=True) if p != [tokenizer.bos_token_id]]
+    assert all(re.fullmatch(r"<a>[0-9]+</a>", t) for t in answers)
+
+
+@pytest.mark.parametrize(("documents", "message"), [
+    ({"essays": 0.1}, "has no 'essays' documents"),
+    ({"facts": 0.8, "primers": 0.4}, "sum to at most 1"),
+])
+def test_bad_document_shares_are_one_line_errors(documents, message):
+    cfg = SFTConfig.model_validate({"init_preset": "tiny", "task": {"name": "long_arithmetic"},
+                                    "data": {"examples": 10, "documents": documents}})
+    with pytest.raises(ValueError, match=message):
+        build_demonstrations(cfg, build_char_tokenizer())
+    with pytest.raises(ValueError, match="has no 'facts' documents"):
+        build_demonstrations(SFTConfig.model_validate(
+            {"init_preset": "tiny", "task": {"name": "arithmetic"},
+             "data": {"examples": 10, "documents": {"facts": 0.5}}}), build_char_tokenizer())
+
+
+def test_alarm_redo_and_chain_counters_on_hand_made_traces():
+    ex = chain("47+385-96+710=")
+    caught = ("47+385=432 ?432-385=47 ok\n432-96=346 ?346+96=442 no\n"
+              "432-96=336 ?336+96=432 ok\n336+710=1046 ?1046-710=336 ok\n<a>1046</a>")
+    c = count_behaviour(caught)
+    assert (c.true_alarms, c.false_alarms, c.missed_slips, c.redos) == (1, 0, 0, 1)
+    assert chained_lines(caught, ex) == 3
+    false_alarm = "47+385=432 ?432-385=46 no\n47+385=432 ?432-385=47 ok\n<a>432</a>"
+    c = count_behaviour(false_alarm)
+    assert (c.true_alarms, c.false_alarms, c.redos) == (0, 1, 1)
+    # a "no" without the step written again is no redo; a slip passed with "ok" is missed
+    c = count_behaviour("5+5=11 ?11-5=6 no\n6+1=7\n<a>7</a>")
+    assert (c.true_alarms, c.redos) == (1, 0)
+    # facts unrelated to the prompt are worked lines but not the chain's
+    junk = "663+65=728\n9+68=77\n<a>1046</a>"
+    metrics = TASK.behaviour(junk, ex)
+    assert metrics["intermediate"] == 1.0 and metrics["chained_lines"] == 0
+    assert TASK.behaviour("<a>1046</a>", ex)["intermediate"] == 0.0
+    skipped = "47+385=432\n336+710=1046\n<a>1046</a>"  # the second line skips -96
+    assert chained_lines(skipped, ex) == 1
