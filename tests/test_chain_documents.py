@@ -7,9 +7,12 @@ import random
 import re
 
 import pytest
+import torch
 
 from rlscale.rlvr.config import SFTConfig
 from rlscale.rlvr.distill import build_demonstrations
+from rlscale.rlvr.emergence import by_terms, line_use, over_terms
+from rlscale.rlvr.evaluate import EvalResult
 from rlscale.rlvr.model import build_char_tokenizer
 from rlscale.rlvr.tasks import Example, make_task
 from rlscale.rlvr.tasks.chain_documents import DOCUMENT_KINDS, multi_step_solution
@@ -106,3 +109,44 @@ def test_alarm_redo_and_chain_counters_on_hand_made_traces():
     assert TASK.behaviour("<a>1046</a>", ex)["intermediate"] == 0.0
     skipped = "47+385=432\n336+710=1046\n<a>1046</a>"  # the second line skips -96
     assert chained_lines(skipped, ex) == 1
+
+
+class LastNumberModel(torch.nn.Module):
+    """A stand-in LM whose greedy answer is the last number written before `<a>` (0 when
+    there is none after the prompt's `=`): a model that can use the lines it is handed."""
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id):
+        text = self.tokenizer.decode(ids[0])
+        after = text.split("=", 1)[1]
+        numbers = re.findall(r"[0-9]+", after)
+        answer = numbers[-1] if numbers else "0"
+        new = self.tokenizer(answer + "</a>", add_special_tokens=False)["input_ids"]
+        return torch.cat([ids, torch.tensor([new])], dim=1)
+
+
+def test_line_use_tells_a_model_that_uses_lines_from_one_that_does_not():
+    tokenizer = build_char_tokenizer()
+    examples = [chain("47+385-96+710="), chain("5+6+7="), chain("90-9-80=")]
+    use = line_use(LastNumberModel(tokenizer), tokenizer, TASK, examples)
+    assert (use.prompts, use.alone, use.after_lines, use.copies_last) == (3, 0.0, 1.0, 1.0)
+
+
+def test_by_terms_reads_pass_lines_and_length_per_chain_length():
+    examples = [chain("1+2="), chain("47+385-96+710=")]
+    texts = ["<a>3</a>", "<a>4</a>",                       # 2 terms: one right, no lines
+             "47+385=432\n432-96=336\n336+710=1046\n<a>1046</a>", "<a>1</a>"]
+    result = EvalResult(pass_at={1: 0.5}, n=2, samples=2, mean_length=0.0, seconds=0.0,
+                        per_prompt_correct=[1, 1], texts=texts, examples=examples)
+    table = by_terms(TASK, result)
+    assert table[2] == {"pass@1": 0.5, "intermediate": 0.0, "chained_lines": 0.0,
+                        "characters": 8.0}
+    assert table[4]["pass@1"] == 0.5 and table[4]["intermediate"] == 0.5
+    assert table[4]["chained_lines"] == 1.5
+    assert over_terms(table, 2, 4)["pass@1"] == 0.5
+    with pytest.raises(ValueError, match="no completions of chains of 5-6 terms"):
+        over_terms(table, 5, 6)
