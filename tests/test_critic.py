@@ -155,6 +155,28 @@ def test_ppo_runs_saves_its_critic_and_resumes_it(tmp_path, tiny_model_dir):
     resumed.lock.release()
 
 
+def test_an_undone_step_puts_the_critic_back_too(tmp_path, tiny_model_dir):
+    """The non-finite guard's undo (health.nonfinite_guard snapshot) restores the critic's
+    weights and optimiser as well as the policy's: an undone step never happened."""
+    run = RLVRRun(_ppo_config(tmp_path, tiny_model_dir))
+    critic = run.trainer.loss.critic
+    with torch.no_grad():  # values off their returns whatever the rewards: the critic moves
+        critic.model.head.bias.fill_(0.5)
+    run.train_step()  # Adam's state exists from here on
+    before = {k: v.clone() for k, v in critic.model.state_dict().items()}
+    moments = [s["exp_avg"].clone() for s in critic.optimizer.state.values()]
+    policy = {k: v.clone() for k, v in run.model.state_dict().items()}
+    run.undo.save()
+    run.train_step()
+    assert not all(torch.equal(v, critic.model.state_dict()[k]) for k, v in before.items())
+    run.undo.restore()
+    assert all(torch.equal(v, critic.model.state_dict()[k]) for k, v in before.items())
+    assert all(torch.equal(m, s["exp_avg"]) for m, s in
+               zip(moments, critic.optimizer.state.values(), strict=True))
+    assert all(torch.equal(v, run.model.state_dict()[k]) for k, v in policy.items())
+    run.lock.release()
+
+
 def test_ppo_config_errors_name_what_is_wrong(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError, match="learned critic"):
         _ppo_config(tmp_path, tiny_model_dir, "train.learner_processes=2")

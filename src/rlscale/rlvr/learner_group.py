@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
-from ..runtime.health import StepUndo
+from ..runtime.health import StepUndo, StepUndos
 from . import sharding
 from .batch import PolicyBatch
 from .model import enable_activation_checkpointing, load_model
@@ -41,7 +41,11 @@ class LocalLearner:
 
     def __init__(self, trainer: PolicyTrainer) -> None:
         self.trainer = trainer
-        self.undo = StepUndo(trainer.model, trainer.optimizer, trainer.scheduler)
+        undo = StepUndo(trainer.model, trainer.optimizer, trainer.scheduler)
+        critic = trainer.loss.critic
+        # PPO: the critic trains in the same step, so an undone step puts it back too
+        self.undo = undo if critic is None else \
+            StepUndos(undo, StepUndo(critic.model, critic.optimizer))
 
     @property
     def version(self) -> int:

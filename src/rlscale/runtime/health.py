@@ -200,3 +200,19 @@ class StepUndo:
             group["lr"] = lr
         if self.scheduler is not None:
             self.scheduler.load_state_dict(self._extra["scheduler"])
+
+
+class StepUndos:
+    """Several models' StepUndo saved and put back together: a policy's and its critic's
+    (PPO), so an undone step leaves neither trained on it."""
+
+    def __init__(self, *undos: StepUndo) -> None:
+        self.undos = undos
+
+    def save(self) -> None:
+        for undo in self.undos:
+            undo.save()
+
+    def restore(self) -> None:
+        for undo in self.undos:
+            undo.restore()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import NonFiniteGuardConfig
-from .health import NonFiniteError, NonFiniteGuard, StepUndo, unrecoverable_message
+from .health import NonFiniteError, NonFiniteGuard, StepUndo, StepUndos, unrecoverable_message
 from .metrics import Heartbeat, MetricsLogger, StepProgress
 
 
@@ -34,7 +34,7 @@ class Loop(Protocol):
     def done(self) -> int: ...
 
     @property
-    def undo(self) -> StepUndo: ...
+    def undo(self) -> StepUndo | StepUndos: ...
 
     @property
     def checkpoint_every(self) -> int: ...  # 0: never (the loop's final save remains)
