@@ -177,6 +177,28 @@ def test_an_undone_step_puts_the_critic_back_too(tmp_path, tiny_model_dir):
     run.lock.release()
 
 
+def test_a_lora_policys_critic_trains_its_own_adapters(tmp_path, tiny_model_dir):
+    """With model.lora the critic trains as the policy does: its own copy of the adapters
+    and the head, never the frozen base, and never the policy's adapters."""
+    pytest.importorskip("peft")
+    run = RLVRRun(_ppo_config(tmp_path, tiny_model_dir, "model.lora={r: 4}"))
+    critic = run.trainer.loss.critic
+    trainable = {n for n, p in critic.model.named_parameters() if p.requires_grad}
+    policy = {n for n, p in run.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or n.startswith("head.") for n in trainable)
+    assert len(trainable) == len(policy) + 2  # the head's weight and bias
+    with torch.no_grad():  # values off their returns whatever the rewards: the critic moves
+        critic.model.head.bias.fill_(0.5)
+    critic_adapters = {n: p.detach().clone() for n, p in critic.model.named_parameters()
+                       if "lora_" in n}
+    run.train_step()
+    moved = [n for n, p in critic.model.named_parameters()
+             if "lora_" in n and not torch.equal(p, critic_adapters[n])]
+    assert moved  # the critic's adapters trained, on tensors the policy does not share
+    assert not {id(p) for p in critic.model.parameters()} & {id(p) for p in run.model.parameters()}
+    run.lock.release()
+
+
 def test_ppo_config_errors_name_what_is_wrong(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError, match="learned critic"):
         _ppo_config(tmp_path, tiny_model_dir, "train.learner_processes=2")

@@ -42,6 +42,7 @@ from ..runtime.optim import adamw
 from .attention import training_attention
 from .batch import PolicyBatch, micro_batches
 from .logprobs import make_layout
+from .lora import is_lora
 from .objectives import Aggregation
 from .token_math import masked_mean, positive
 
@@ -118,12 +119,15 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
 
 class ValueModel(nn.Module):
     """The policy's decoder (a copy, trained on its own) with a scalar head on its last
-    hidden state."""
+    hidden state. A LoRA policy's critic trains as the policy does: its own copy of the
+    adapters (from the policy's) over the frozen base, and the head, as OpenRLHF's LoRA
+    critic does; a full policy's critic trains every weight."""
 
     def __init__(self, policy) -> None:
         super().__init__()
         self.trunk = copy.deepcopy(policy.get_decoder())
-        self.trunk.requires_grad_(True)
+        if not is_lora(policy):
+            self.trunk.requires_grad_(True)
         hidden = policy.config.hidden_size
         parameter = next(self.trunk.parameters())
         self.head = nn.Linear(hidden, 1, dtype=parameter.dtype, device=parameter.device)
@@ -162,8 +166,8 @@ class Critic:
                  compute_dtype: str = "float32") -> None:
         self.model = ValueModel(policy)
         self.device = next(self.model.parameters()).device
-        self.optimizer = adamw(self.model.parameters(), lr=lr, weight_decay=weight_decay,
-                               betas=(0.9, 0.99))
+        self.optimizer = adamw([p for p in self.model.parameters() if p.requires_grad], lr=lr,
+                               weight_decay=weight_decay, betas=(0.9, 0.99))
         self.grad_clip, self.value_clip = grad_clip, value_clip
         self.epochs, self.minibatches = epochs, minibatches
         self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
