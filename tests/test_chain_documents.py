@@ -30,7 +30,9 @@ def chain(prompt: str) -> Example:
 
 @pytest.mark.parametrize(("text", "multi"), [
     ("47+385=432\n432-96=336", True),                       # a continued running total
-    ("47+385=432\n<a>432</a>", True),                        # a step before an answer
+    ("47+385=432\n<a>1046</a>", True),                       # an intermediate result
+    ("47+385=432\n<a>432</a>", False),                       # one line, the whole chain
+    ("47+385-96+710=1046\n<a>1046</a>", False),              # the same for four terms
     ("47+385=432 ?432-385=47 ok\n432-96=336 ?336+96=432 ok", True),
     ("<a>1046</a>", False),                                  # the answer alone
     ("47+385=432\n663+65=728\n9+68=77", False),              # unrelated facts
@@ -52,10 +54,17 @@ def test_no_document_holds_a_multi_step_solution_and_every_trace_does():
     assert all(c.checks == c.steps for c in primers)
     assert sum(c.true_alarms for c in primers) == sum(c.redos for c in primers) > 200
     assert sum(c.missed_slips + c.false_alarms for c in primers) == 0
-    # the parser does find the solutions the reasoning demonstrations write (worked chains)
-    examples = [TASK.sample("train", rng) for _ in range(300)]
-    worked = [TASK.demonstrate(ex, "plain", rng) for ex in examples]
-    assert all(multi_step_solution(t) for t in worked)
+    # the parser finds the solutions the reasoning demonstrations write (chains of 3+ terms
+    # worked a line an operation, or two), and none in one line that works the whole chain
+    examples = [ex for ex in (TASK.sample("train", rng) for _ in range(400))
+                if ex.meta["terms"] >= 3 and all(term for _, term in ex.meta["ops"])]
+    # (a chain that adds 0 twice, `811+0=811` twice, has no result that changes)
+    for strategy in ("plain", "careful", "combine"):
+        traces = [TASK.demonstrate(ex, strategy, rng) for ex in examples]
+        assert all(multi_step_solution(t) for t in traces if t.count("\n") >= 2), strategy
+    whole = [TASK.demonstrate(ex, "whole", random.Random(1)) for ex in examples]
+    assert all(t.count("\n") == 1 for t in whole)
+    assert not any(multi_step_solution(t) for t in whole)
 
 
 def test_the_corpus_mixes_documents_and_answer_only_demonstrations():

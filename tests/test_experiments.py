@@ -22,6 +22,7 @@ from rlscale.experiments import (
     continuum,
     curriculum,
     dynamic_sampling,
+    emergence,
     forking_tokens,
     grpo_vs_zero,
     gspo_ratio_variance,
@@ -379,6 +380,30 @@ def curriculum_numbers(gain, jitter=JITTER):
     return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 4, "arms": arms}
 
 
+def emergence_numbers(gain, jitter=JITTER):
+    """gain > 0: the primed base's completions write intermediate results on the long
+    (4-6-term) chains after RL and its pass@1 there rises by `gain`, the control's by less;
+    < 0: both fall."""
+    def table(p, lines, shift):
+        return {str(t): {"pass@1": p + shift, "intermediate": lines + shift,
+                         "chained_lines": 3 * lines, "characters": 20 + 40 * lines}
+                for t in (2, 3, 4, 5, 6)}
+
+    def arm(p_after, lines_after, shift=(0.0,) * 3):
+        return {"before": [table(0.05, 0.01, 0.0)] * 3,
+                "after": [table(p_after, lines_after, j) for j in shift],
+                "lines_curve": per_seed([0.01, lines_after]),
+                "length_curve": per_seed([20.0, 20 + 40 * lines_after]),
+                "line_use": [{"prompts": 10, "alone": 0.05, "after_lines": 0.9,
+                              "copies_last": 0.9}] * 3}
+
+    arms = {"control": arm(0.05 + gain / 4, 0.01),
+            "primed": arm(0.05 + gain, 0.01 + 2 * gain, jitter),
+            "oneline": arm(0.05 + gain, 0.01 + 2 * gain, jitter)}
+    return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 2, "long": [4, 6],
+            "arms": arms}
+
+
 def length_norm_numbers(wrong, jitter=JITTER):
     """wrong: the wrong completions' length per aggregation (right ones are 40 tokens);
     `jitter` (in tokens) on GRPO's 1/|y| arm."""
@@ -552,6 +577,10 @@ SYNTHETIC = {
         "supports": curriculum_numbers(0.1),
         "contradicts": curriculum_numbers(-0.1),
         "inconclusive": curriculum_numbers(0.1, NOISE)}),
+    "emergence": (emergence, {
+        "supports": emergence_numbers(0.25),
+        "contradicts": emergence_numbers(-0.1),
+        "inconclusive": emergence_numbers(0.25, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),

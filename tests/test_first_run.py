@@ -2,6 +2,8 @@
 under the run-directory contract, and a command whose data is not in the repository saying
 which flag to pass."""
 
+import json
+
 import pytest
 
 from rlscale.config import load_config
@@ -52,6 +54,26 @@ def test_quickstart_tiny_runs_end_to_end(tmp_path):
     for name in ("base", "sft", "grpo", "plots"):
         assert (tmp_path / "qs" / name).is_dir()
     assert (tmp_path / "qs" / "grpo" / "final" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_quickstart_emergence_tiny_leaves_what_the_doc_names(tmp_path):
+    """`rlscale quickstart emergence --tiny`: the base and the final model as HF folders, the
+    run's config for `rlvr eval --config`, the by-length figures and line-use probe in
+    summary.json, and completions of the same prompts at the start, middle and end."""
+    out = tmp_path / "em"
+    quickstart.run_quickstart(out, "emergence", tiny=True)
+    for folder in ("base", "grpo/final"):
+        assert (out / folder / "config.json").is_file()
+    assert load_config(RLVRConfig, out / "grpo" / "config.yaml", []).rollout.curriculum == \
+        "learnability"
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["by_terms"]) == {"base", "grpo"} and set(summary["line_use"]) == \
+        {"base", "grpo"}
+    completions = (out / "completions.md").read_text()
+    assert "step 0 (base)" in completions and "step 20" in completions
+    assert "(final)" in completions
+    assert {p.name for p in (out / "plots").iterdir()} == {"training.png", "pass_by_terms.png"}
 
 
 def test_missing_benchmark_positions_name_the_flag(tmp_path):

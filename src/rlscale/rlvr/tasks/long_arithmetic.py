@@ -58,7 +58,7 @@ FORBIDDEN_DIGIT = "7"  # the ood rule: only ood prompts have a term with this di
 
 # (name, share of the demonstrations) -- see the module docstring.
 STRATEGIES: tuple[tuple[str, float], ...] = (
-    ("guess", 0.2), ("combine", 0.25), ("plain", 0.25), ("careful", 0.3))
+    ("guess", 0.2), ("combine", 0.25), ("plain", 0.25), ("careful", 0.3), ("whole", 0.0))
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ class TraceCounters:
     tool_steps: int = 0   # lines the calculator worked out (a call and its result)
     true_alarms: int = 0  # checks that said "no" to a wrong step
     redos: int = 0        # steps written again after their check said "no"
+    # worked lines whose result is not the answer written (all of them without an answer):
+    # intermediate results; a single line that works the whole chain is not one
+    intermediate_lines: int = 0
 
     @property
     def guessed(self) -> bool:
@@ -97,30 +100,34 @@ class TraceCounters:
                 "no_answer": float(not self.answered), "missed_slips": self.missed_slips,
                 "false_alarms": self.false_alarms, "tool_steps": self.tool_steps,
                 "true_alarms": self.true_alarms, "redos": self.redos,
-                "intermediate": float(self.worked)}
+                "intermediate_lines": self.intermediate_lines,
+                "intermediate": float(self.intermediate_lines > 0)}
 
 
 def count_behaviour(completion: str) -> TraceCounters:
     """The behaviour counters of one completion (any text: unknown lines are counted)."""
     steps = combined = checks = backtracks = wrong = other = missed = false_alarms = 0
     tool_steps = true_alarms = redos = 0
-    answered = False
+    answered, answer = False, None
+    results: list[int] = []  # of the worked lines
     rejected = None  # the (total, operations) of the line above when its check said "no"
     for line in completion.strip().split("\n"):
         line = line.strip()
         if not line:
             continue
-        if _ANSWER.fullmatch(line):
-            answered = True
+        if (tagged := _ANSWER.fullmatch(line)) is not None:
+            answered, answer = True, int(tagged[1])
             continue
-        if _TOOL_STEP.fullmatch(line):
+        if (called := _TOOL_STEP.fullmatch(line)) is not None:
             tool_steps += 1
+            results.append(int(called[3]))
             continue
         match = _STEP.fullmatch(line)
         if match is None:
             other += 1
             continue
         total, ops, result = int(match[1]), _TERM.findall(match[2]), int(match[3])
+        results.append(result)
         redos += rejected == (total, ops)
         rejected = (total, ops) if match[8] == "no" else None
         if len(ops) == 1:
@@ -138,8 +145,9 @@ def count_behaviour(completion: str) -> TraceCounters:
             missed += slipped and match[8] == "ok"
             false_alarms += not slipped and match[8] == "no"
             true_alarms += slipped and match[8] == "no"
+    intermediate = sum(result != answer for result in results)
     return TraceCounters(steps, combined, checks, backtracks, wrong, other, answered, missed,
-                         false_alarms, tool_steps, true_alarms, redos)
+                         false_alarms, tool_steps, true_alarms, redos, intermediate)
 
 
 def chained_lines(completion: str, example: Example) -> int:
@@ -261,7 +269,7 @@ class LongArithmeticTask:
         if strategy == "guess":
             answer = example.answer if rng.random() < 0.5 else _slip(example.answer, rng)
             return f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
-        chunk = 2 if strategy == "combine" else 1
+        chunk = {"combine": 2, "whole": len(ops)}.get(strategy, 1)
         for i in range(0, len(ops), chunk):
             part = ops[i:i + chunk]
             exact = total + sum(t if s == "+" else -t for s, t in part)
