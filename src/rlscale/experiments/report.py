@@ -136,8 +136,9 @@ def section(name: str, result: ExperimentResult | None, figure: str | None) -> s
              "its set-up could not show every primary effect of its stated minimum (see power)")
     parts.append(f"**Verdict: {result.verdict}** ({_seeds(result)}, {result.budget} budget, "
                  f"{_wall_time(result)}, {result.date}); {shown}."
-                 + (f" Machine: {result.machine}; compute dtype {result.compute_dtype}."
-                    if result.machine else ""))
+                 + (f" Machine: {result.machine}" if result.machine else "")
+                 + (f"; compute dtype {result.compute_dtype}" if result.machine
+                    and result.compute_dtype else "") + ("." if result.machine else ""))
     parts.append(_effects_table(result))
     if figure is not None:
         parts.append(f"![{name}]({figure})")
