@@ -223,6 +223,8 @@ def test_clip_sides_with_signs():
     # loss = -(2.6 - 3.0 + 1.8 - 2.7) / 4 = 0.325
     close(loss.item(), 0.325)
     assert metrics["clip/high_frac"] == 0.25 and metrics["clip/low_frac"] == 0.25
+    # every completion is one token long: all at the median, all "short"
+    assert (metrics["clip/frac_short"], metrics["clip/frac_long"]) == (0.5, 0.0)
     loss.backward()
     # gradient only where the unclipped branch is chosen: -r A / 4
     close(logp.grad, [[0.0], [1.5 * 2 / 4], [-0.6 * 3 / 4], [0.0]])
@@ -235,6 +237,8 @@ def test_sequence_level_by_hand():
     loss, metrics = loss_of(logp, old, adv, mask, ratio_level="sequence")
     close(loss.item(), -(0.75 - 0.8) / 2)
     assert metrics["clip/low_frac"] == 0.5 and metrics["clip/high_frac"] == 0.0
+    # by length: the clipped sequence is the shorter (2 tokens, the median), the other long
+    assert (metrics["clip/frac_short"], metrics["clip/frac_long"]) == (1.0, 0.0)
     close(sequence_ratio(logp, old, mask), [0.75, 0.75])
     # GSPO: s_0 = 0.75^(1/3) = 0.908560296, s_1 = 0.75^(1/2) = 0.866025404, both unclipped
     loss, metrics = loss_of(logp, old, adv, mask, ratio_level="sequence_mean")
@@ -552,7 +556,8 @@ def test_loss_output_is_typed_and_logs_the_same_names():
     assert list(m.as_dict()) == [
         "behaviour/weight_mean", "behaviour/weight_max", "behaviour/truncated_frac",
         "behaviour/masked_frac", "kl/mean", "kl/loss", "clip/low_frac", "clip/high_frac",
-        "clip/frac", "ratio/mean", "ratio/max", "ratio/token_log_var", "ratio/sequence_log_var",
+        "clip/frac", "ratio/mean", "ratio/max", "clip/frac_short", "clip/frac_long",
+        "ratio/token_log_var", "ratio/sequence_log_var",
         "kl/old_new", "loss/policy", "loss"]
     # without a reference or a behaviour policy those figures are absent, not zero
     plain = policy_loss(LossInputs(logp, old, adv, mask), Objective()).metrics
@@ -687,3 +692,19 @@ def test_dft_gradient_is_sft_gradient_times_the_detached_probability():
     sft_all, = torch.autograd.grad(sft_loss(logp, mask).sum(-1)[1], logits, retain_graph=True)
     dft_all, = torch.autograd.grad(dft_loss(logp, mask, weight="sequence").sum(-1)[1], logits)
     close(dft_all, sequence_prob[1] * sft_all, 1e-12)
+
+
+def test_clip_share_by_length_splits_at_the_median_completion():
+    from rlscale.rlvr.loss_metrics import clip_by_length
+
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    ratio = torch.tensor([[1.5, 1.0, 1.0, 1.0], [1.5, 1.5, 1.5, 1.0]])  # clipped above 1.2
+    figures = clip_by_length(ratio, torch.tensor([1.0, 1.0]), mask > 0, 0.2, 0.2, mask)
+    assert figures == {"clip/frac_short": 0.5, "clip/frac_long": 0.75}
+    # a sequence ratio: one unit per completion; a negative advantage clips below 0.8
+    seq = clip_by_length(torch.tensor([0.5, 1.0]), torch.tensor([-1.0, -1.0]),
+                         torch.tensor([True, True]), 0.2, 0.2, mask)
+    assert seq == {"clip/frac_short": 1.0, "clip/frac_long": 0.0}
+    nothing = clip_by_length(ratio, torch.tensor([1.0, 1.0]), torch.zeros_like(mask) > 0,
+                             0.2, 0.2, mask)
+    assert nothing == {"clip/frac_short": 0.0, "clip/frac_long": 0.0}

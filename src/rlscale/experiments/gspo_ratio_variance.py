@@ -87,11 +87,14 @@ def arms(scale: str) -> list[Arm]:
 
 
 def training_figures(run: TrainedArm, s: Settings) -> dict[str, float]:
-    """A trained objective's clip fraction and KL(old || new) per step (mean and largest
-    over its steps), and its held-out pass@1."""
+    """A trained objective's clip fraction (all, and of the completions below and above the
+    step's median length) and KL(old || new) per step (mean and largest over its steps),
+    and its held-out pass@1."""
     rows = run.metrics()
     _, kl = series(rows, "kl/old_new")
     return {"clip_frac": mean_of(rows, "clip/frac") or 0.0,
+            "clip_frac_short": mean_of(rows, "clip/frac_short") or 0.0,
+            "clip_frac_long": mean_of(rows, "clip/frac_long") or 0.0,
             "kl_mean": sum(kl) / len(kl) if kl else 0.0, "kl_max": max(kl, default=0.0),
             "pass@1": pass_at(run.final, run.config(), split="test", seed=run.seed,
                               prompts=s.prompts, samples=s.samples, ks=(1,)).pass_at[1]}
@@ -239,15 +242,19 @@ def analyse(numbers: Numbers) -> Analysis:
              "per token and step: " + cell([p["kl_new_old"] for p in per_seed], 5) + "."]
     if trained:
         notes.append(Table(
-            ["trained objective", "clip fraction", "KL(old || new) a step", "largest",
-             "held-out pass@1"],
+            ["trained objective", "clip fraction", "short completions", "long completions",
+             "KL(old || new) a step", "largest", "held-out pass@1"],
             [[name, cell([f["clip_frac"] for f in figures], 4),
+              *(cell([f.get(f"clip_frac_{half}", math.nan) for f in figures], 4)
+                for half in ("short", "long")),
               cell([f["kl_mean"] for f in figures], 5), cell([f["kl_max"] for f in figures], 5),
               cell([f["pass@1"] for f in figures])] for name, figures in trained.items()]
         ).markdown())
         notes.append(f"Trained: each objective's preset (clip ranges: token 0.2, sequence 0.2, "
                      f"GSPO 3e-4 / 4e-4) for {numbers['train_steps']} steps under the same "
-                     "4 x 4 reuse; the clip fraction and KL are the loop's per-step figures.")
+                     "4 x 4 reuse; the clip fraction and KL are the loop's per-step figures; "
+                     "short and long: the completions up to and above each step's median "
+                     "length.")
     return Analysis(effects, table, notes)
 
 

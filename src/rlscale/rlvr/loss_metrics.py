@@ -42,6 +42,8 @@ class RatioFigures:
     def figures(self) -> dict[str, float]:
         return {**ratio_metrics(self.ratio, self.advantages, self.units, self.clip_low,
                                 self.clip_high),
+                **clip_by_length(self.ratio, self.advantages, self.units, self.clip_low,
+                                 self.clip_high, self.mask),
                 **log_ratio_spread(self.delta, self.mask)}
 
 
@@ -100,6 +102,33 @@ def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: fl
     mean, largest = kept_stats(ratio, units, 1.0)
     return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
             "ratio/mean": mean, "ratio/max": largest}
+
+
+@torch.no_grad()
+def clip_by_length(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: float,
+                   clip_high: float, mask: Tensor) -> dict[str, float]:
+    """The clip share of the short and of the long completions: `clip/frac_short` over the
+    units of the completions no longer than the batch's median length, `clip/frac_long` over
+    the longer ones (both 0 where a half has no unit). One clip range for every length is
+    what GSPO's length normalisation questions (docs/objectives.md)."""
+    advantages = per_unit(advantages, ratio)
+    clipped = (((advantages < 0) & (ratio < 1.0 - clip_low))
+               | ((advantages > 0) & (ratio > 1.0 + clip_high))) & units
+    lengths = mask.sum(dim=1)
+    if ratio.dim() == 2:          # token units: each row's clipped and active tokens
+        hits, counts = clipped.sum(dim=1).float(), units.sum(dim=1).float()
+    else:                         # one unit per sequence
+        hits, counts = clipped.float(), units.float()
+    active = counts > 0
+    if not bool(active.any()):
+        return {"clip/frac_short": 0.0, "clip/frac_long": 0.0}
+    median = lengths[active].float().median()
+    out = {}
+    for name, half in (("short", lengths <= median), ("long", lengths > median)):
+        chosen = active & half
+        out[f"clip/frac_{name}"] = as_float(hits[chosen].sum() / counts[chosen].sum()) \
+            if bool(chosen.any()) else 0.0
+    return out
 
 
 @torch.no_grad()
