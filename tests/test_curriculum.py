@@ -2,12 +2,13 @@
 level's running success rate, its state saved and resumed; uniform leaves the task's own
 sampler alone."""
 
+import json
 import random
 
 import pytest
 import torch
 
-from rlscale.config import ConfigError, load_config
+from rlscale.config import load_config
 from rlscale.rlvr.config import RLVRConfig
 from rlscale.rlvr.curriculum import FLOOR, LearnabilityCurriculum, learnability, make_curriculum
 from rlscale.rlvr.loop import RLVRRun
@@ -86,6 +87,22 @@ def test_a_run_logs_its_curriculum_and_resumes_it(tmp_path, tiny_model_dir):
     resumed.lock.release()
 
 
-def test_the_curriculum_is_refused_on_the_fleets(tmp_path, tiny_model_dir):
-    with pytest.raises(ConfigError, match="synchronous loop only"):
-        _config(tmp_path, tiny_model_dir, "runtime.mode=async")
+def test_the_async_fleet_draws_by_the_curriculum_and_saves_it(tmp_path, tiny_model_dir):
+    """Behind the fleet: prompts are drawn by the curriculum as groups are admitted, every P
+    finished groups are folded in as a step, the figures are logged, and the checkpoint
+    holds the curriculum the fleet moved."""
+    pytest.importorskip("ray")
+    cfg = _config(tmp_path, tiny_model_dir, "runtime.mode=async", "runtime.max_staleness=1",
+                  "runtime.inference_workers=1", "rollout.slots=4", "train.steps=3",
+                  "train.threads=1")
+    run = RLVRRun(cfg)
+    run.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    logged = [r for r in rows if "curriculum/weight_2" in r]
+    assert logged and all(abs(sum(r[f"curriculum/weight_{lvl}"] for lvl in (2, 3, 4)) - 1)
+                          < 1e-9 for r in logged)
+    assert run.curriculum.rates != {2: 0.5, 3: 0.5, 4: 0.5}  # the fleet's groups moved it
+    state = torch.load(tmp_path / "run" / "checkpoints" / "step_000002" / "trainer_state.pt",
+                       weights_only=False)
+    assert state["curriculum"]["levels"] == [2, 3, 4]

@@ -112,7 +112,8 @@ class RolloutConfig(StrictModel):
     curriculum: Literal["uniform", "learnability"] = Field(
         "uniform", description="which prompts a step draws: uniform (the task's sampler) or "
         "learnability (difficulty levels weighted by p(1-p) of their running group success "
-        "rate; a task with difficulty levels, the synchronous loop): rlvr/curriculum.py")
+        "rate; a task with difficulty levels; the fleets fold every P finished groups in "
+        "as one step): rlvr/curriculum.py")
     curriculum_ema: float = Field(
         0.3, gt=0, le=1, description="curriculum learnability: the newest step's weight in "
         "each level's running success rate")
@@ -358,14 +359,6 @@ class RLVRConfig(StrictModel):
             raise ValueError("model.lora with rollout.engine vllm is not built (the fleets "
                              "send LoRA adapters to the native engine only): use "
                              "rollout.engine native or runtime.mode sync")
-        return self
-
-    @model_validator(mode="after")
-    def _curriculum_in_the_sync_loop(self) -> RLVRConfig:
-        if self.rollout.curriculum != "uniform" and self.runtime.mode != "sync":
-            raise ValueError(f"rollout.curriculum {self.rollout.curriculum} is built for the "
-                             f"synchronous loop only (runtime.mode sync), not "
-                             f"{self.runtime.mode}")
         return self
 
     @model_validator(mode="after")

@@ -11,11 +11,17 @@ Frontier of Learnability"; DAPO's dynamic sampling drops the zero-variance group
 drawing them, this avoids drawing them). A floor keeps every level in play so a mastered or
 hopeless level is noticed when it changes. Then a prompt of the level is drawn from the
 task's own sampler, by rejection.
+
+The synchronous loop folds in each step's groups; the fleets (runtime.mode async, inflight)
+draw a prompt per group as they admit it and fold in every P finished groups as one step,
+from the orchestrator's thread: a lock makes the curriculum safe to share with the loop,
+which saves its state in checkpoints.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -47,13 +53,16 @@ class LearnabilityCurriculum:
         self.rates = {level: 0.5 for level in self.levels}  # unknown: the most learnable
         self.ema = ema
         self.task = task
+        self._lock = threading.Lock()  # the fleets update it from their orchestrator thread
 
     def weights(self) -> list[float]:
         return [learnability(self.rates[level]) for level in self.levels]
 
     def sample(self, rng: random.Random, n: int) -> list[Example]:
         """`n` training prompts: a level each by learnability, then a prompt of it."""
-        chosen = rng.choices(self.levels, weights=self.weights(), k=n)
+        with self._lock:
+            weights = self.weights()
+        chosen = rng.choices(self.levels, weights=weights, k=n)
         return [self._draw_at(level, rng) for level in chosen]
 
     def _draw_at(self, level, rng: random.Random) -> Example:
@@ -71,27 +80,31 @@ class LearnabilityCurriculum:
         seen: dict = {}
         for example, rate in zip(examples, per_group, strict=True):
             seen.setdefault(self.task.difficulty(example), []).append(rate)
-        for level, rates in seen.items():
-            if level in self.rates:
-                mean = sum(rates) / len(rates)
-                self.rates[level] = (1 - self.ema) * self.rates[level] + self.ema * mean
-        weights = self.weights()
+        with self._lock:
+            for level, rates in seen.items():
+                if level in self.rates:
+                    mean = sum(rates) / len(rates)
+                    self.rates[level] = (1 - self.ema) * self.rates[level] + self.ema * mean
+            weights, rates_now = self.weights(), dict(self.rates)
         figures = {}
         for level, weight in zip(self.levels, weights, strict=True):
-            figures[f"curriculum/rate_{level}"] = self.rates[level]
+            figures[f"curriculum/rate_{level}"] = rates_now[level]
             figures[f"curriculum/weight_{level}"] = weight / sum(weights)
         figures["curriculum/mean_level"] = sum(
             float(level) * len(rates) for level, rates in seen.items()) / max(len(per_group), 1)
         return figures
 
     def state(self) -> dict:
-        return {"levels": list(self.levels), "rates": [self.rates[lvl] for lvl in self.levels]}
+        with self._lock:
+            return {"levels": list(self.levels),
+                    "rates": [self.rates[lvl] for lvl in self.levels]}
 
     def load(self, state: dict) -> None:
         if list(state["levels"]) != list(self.levels):
             raise ValueError(f"the checkpoint's curriculum levels {state['levels']} are not "
                              f"this task's {self.levels}")
-        self.rates = dict(zip(self.levels, state["rates"], strict=True))
+        with self._lock:
+            self.rates = dict(zip(self.levels, state["rates"], strict=True))
 
 
 def make_curriculum(name: str, task: Task, *, ema: float,

@@ -54,6 +54,7 @@ from ..runtime.weight_sync import (
     unpack_weights,
 )
 from .config import RLVRConfig
+from .curriculum import LearnabilityCurriculum
 from .model import PromptFormatter
 from .rewards import VerifierPool
 from .rollout.groups import RolloutGroup, concat_groups, rollout_from_completions, step_seed
@@ -273,7 +274,8 @@ class FleetRollouts(Orchestrator[_Ready]):
 
     def __init__(self, cfg: RLVRConfig, task: Task, tokenizer, pool: VerifierPool, *,
                  start_version: int, dynamic_sampling: bool,
-                 resumed: FleetResume | None = None) -> None:
+                 resumed: FleetResume | None = None,
+                 curriculum: LearnabilityCurriculum | None = None) -> None:
         lora = cfg.model.lora
         super().__init__(name="rollout fleet", size=cfg.runtime.inference_workers,
                          max_restarts=cfg.runtime.max_worker_restarts,
@@ -284,6 +286,11 @@ class FleetRollouts(Orchestrator[_Ready]):
         self.mode, self.k = cfg.runtime.mode, cfg.runtime.max_staleness
         self.group_size, self.per_step = cfg.rollout.group_size, cfg.rollout.prompts_per_step
         self.dynamic_sampling = dynamic_sampling
+        # rollout.curriculum: a prompt per admitted group; every P finished groups (dropped
+        # ones too: evidence of their level) folded in as one step
+        self.curriculum = curriculum
+        self._finished: list[RolloutGroup] = []
+        self._curriculum_figures: dict[str, float] = {}
         self.format = PromptFormatter(tokenizer, cfg.model.chat_template, cfg.model.system_prompt)
         self.accounting = resumed.accounting if resumed else FleetAccounting()
         self._groups: dict[int, _Group] = {}
@@ -370,6 +377,7 @@ class FleetRollouts(Orchestrator[_Ready]):
                 acc.trained + acc.dropped_stale, 1),
             "sampling/dropped_group_share": acc.dropped_uniform / max(acc.admitted, 1),
             **self.sync_clock.window(),  # time/publish_s: learner -> a worker serving
+            **self._curriculum_figures,  # the newest fold: weights and success rates
         }
         self._busy_s, self._row_steps, self._slot_steps, self._tokens = 0.0, 0, 0, 0
         self._window_start = time.perf_counter()
@@ -386,7 +394,8 @@ class FleetRollouts(Orchestrator[_Ready]):
                     return True
                 group_id = self._next_group
                 rng = random.Random(step_seed(self.cfg.train.seed, group_id, "fleet-prompt"))
-                example = self.task.sample("train", rng)
+                example = (self.curriculum.sample(rng, 1)[0] if self.curriculum is not None
+                           else self.task.sample("train", rng))
                 ids = tuple(self.tokenizer(self.format(example),
                                            add_special_tokens=False)["input_ids"])
                 self._groups[group_id] = _Group(group_id, example, ids, target)
@@ -458,6 +467,19 @@ class FleetRollouts(Orchestrator[_Ready]):
         print(f"warning: inference worker {died.index} died ({died.reason}); restarted, "
               f"{len(lost)} requests re-issued")
 
+    def _fold_into_curriculum(self, scored: RolloutGroup) -> None:
+        """Every P finished groups, one update of the curriculum (its step's worth)."""
+        if self.curriculum is None:
+            return
+        self._finished.append(scored)
+        if len(self._finished) < self.per_step:
+            return
+        batch, self._finished = self._finished, []
+        figures = self.curriculum.update([g.examples[0] for g in batch],
+                                         torch.cat([g.rewards for g in batch]), self.group_size)
+        with self._cv:
+            self._curriculum_figures = figures
+
     def _finish(self, group: _Group) -> None:
         """Score a complete group and queue it for the trainer (or drop it, counted)."""
         completions = [group.completions[r] for r in range(self.group_size)]
@@ -468,6 +490,7 @@ class FleetRollouts(Orchestrator[_Ready]):
         scored_group = RolloutGroup.from_scores([group.example], rollout, texts, scored,
                                                 time.perf_counter() - t0)
         uniform = not bool(informative_groups(scored_group.rewards, self.group_size)[0])
+        self._fold_into_curriculum(scored_group)
         with self._cv:
             del self._groups[group.group_id]
             if self.dynamic_sampling and uniform:

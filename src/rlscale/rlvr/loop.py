@@ -413,7 +413,8 @@ class RLVRRun:
             self.fleet = FleetRollouts(self.cfg, self.task, self.tokenizer, self.pool,
                                        start_version=self.learner.version,
                                        resumed=self.fleet_resume,
-                                       dynamic_sampling=self.objective.dynamic_sampling)
+                                       dynamic_sampling=self.objective.dynamic_sampling,
+                                       curriculum=self.curriculum)
             self.rollouts = self.fleet
             try:
                 self.fleet.start(self.model.state_dict(), self.learner.version)
