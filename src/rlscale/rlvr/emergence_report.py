@@ -15,8 +15,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ..config import load_config
 from ..runtime import checkpoint as ckpt
 from ..runtime.figures import save_figure
+from .config import RLVRConfig
 from .emergence import FIGURES, by_terms, line_use
 from .model import load_model
 from .plots import plot_training, plt
@@ -114,19 +116,21 @@ def stage_models(run: QuickstartRun) -> list[tuple[str, Path]]:
 
 @torch.no_grad()
 def write_completions(run: QuickstartRun, path: Path) -> None:
-    """One completion (temperature as measured, a fixed seed) of the same held-out prompts
-    of 4, 5 and 6 terms by the model at each stage of RL."""
+    """One completion (the run's token budget, temperature as measured, a fixed seed) of the
+    same held-out prompts of 4, 5 and 6 terms by the model at each stage of RL."""
     items = run.before["test"].examples
     chosen = [next(ex for ex in items if ex.meta["terms"] == terms)
               for terms in SHOWN_TERMS if any(ex.meta["terms"] == terms for ex in items)]
     lines = ["# emergence: completions of the same held-out prompts during RL\n",
              f"One sample per model (temperature {run.temperature}, seed 0); `reward` is the "
              "verifier's.\n"]
+    budget = load_config(RLVRConfig, run.out / "grpo" / "config.yaml", []).rollout
     texts: dict[str, list[str]] = {}
     for label, folder in stage_models(run):
         model, tokenizer = load_model(folder)
         prompts = [tokenizer(ex.prompt, add_special_tokens=False)["input_ids"] for ex in chosen]
-        rollout = generate(model, prompts, SamplingParams(256, run.temperature, 1.0),
+        rollout = generate(model, prompts, SamplingParams(budget.max_new_tokens,
+                                                          run.temperature, budget.top_p),
                            eos_token_id=tokenizer.eos_token_id,
                            pad_token_id=tokenizer.pad_token_id,
                            generator=torch.Generator().manual_seed(0))
