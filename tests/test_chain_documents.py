@@ -9,23 +9,17 @@ import re
 import pytest
 import torch
 
+from chains import chain
 from rlscale.rlvr.config import SFTConfig
 from rlscale.rlvr.distill import build_demonstrations
 from rlscale.rlvr.emergence import by_terms, line_use, over_terms
 from rlscale.rlvr.evaluate import EvalResult
 from rlscale.rlvr.model import build_char_tokenizer
-from rlscale.rlvr.tasks import Example, make_task
+from rlscale.rlvr.tasks import make_task
 from rlscale.rlvr.tasks.chain_documents import DOCUMENT_KINDS, multi_step_solution
 from rlscale.rlvr.tasks.long_arithmetic import chained_lines, count_behaviour
 
 TASK = make_task("long_arithmetic")
-
-
-def chain(prompt: str) -> Example:
-    first, rest = re.fullmatch(r"([0-9]+)(.*)=", prompt).groups()
-    ops = [(s, int(t)) for s, t in re.findall(r"([+-])([0-9]+)", rest)]
-    total = int(first) + sum(t if s == "+" else -t for s, t in ops)
-    return Example(prompt, total, {"first": int(first), "ops": ops, "terms": len(ops) + 1})
 
 
 @pytest.mark.parametrize(("text", "multi"), [

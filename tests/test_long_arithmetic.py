@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 
-from rlscale.rlvr.tasks import Example, TaskOptionError, examples, make_task, split_of
+from chains import chain
+from rlscale.rlvr.tasks import TaskOptionError, examples, make_task, split_of
 from rlscale.rlvr.tasks.long_arithmetic import (
     FORBIDDEN_DIGIT,
     STRATEGIES,
@@ -22,14 +23,6 @@ from rlscale.rlvr.tasks.long_arithmetic import (
 from rlscale.rlvr.trace_stats import behaviour_means, by_difficulty, length_by_outcome
 
 TASK = make_task("long_arithmetic")
-
-
-def chain(prompt: str) -> Example:
-    """An example from a prompt like '47+385-96='."""
-    first, rest = re.fullmatch(r"([0-9]+)(.*)=", prompt).groups()
-    ops = [(s, int(t)) for s, t in re.findall(r"([+-])([0-9]+)", rest)]
-    total = int(first) + sum(t if s == "+" else -t for s, t in ops)
-    return Example(prompt, total, {"first": int(first), "ops": ops, "terms": len(ops) + 1})
 
 
 EX = chain("47+385-96+710=")  # 1046
