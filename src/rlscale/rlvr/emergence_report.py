@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from rich.console import Console
@@ -22,10 +21,8 @@ from .config import RLVRConfig
 from .emergence import FIGURES, by_terms, line_use
 from .model import load_model
 from .plots import plot_training, plt
+from .quickstart_run import QuickstartRun
 from .rollout.sampler import SamplingParams, generate
-
-if TYPE_CHECKING:
-    from .quickstart import QuickstartRun
 
 # The counters the report shows before and after (behaviour/<name>, means per completion).
 COUNTERS = ("intermediate_lines", "chained_lines", "steps", "combined_steps", "checks",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -38,26 +38,10 @@ from .evaluate import EvalResult, evaluate
 from .loop import train
 from .model import load_model
 from .plots import plot_pass_at_k, plot_training
-from .tasks import Task, make_task
+from .quickstart_run import QuickstartRun, Recipe
+from .tasks import make_task
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    sft_config: str               # under configs/rlvr/
-    rl_config: str
-    splits: tuple[str, ...]       # measured before and after
-    samples: int                  # per prompt
-    ks: tuple[int, ...]
-    prompts: int = 500
-    default_out: str = "runs/quickstart"
-    # fewer prompts for some splits (smollm's ood split, whose completions run longer)
-    prompts_by_split: tuple[tuple[str, int], ...] = ()
-
-    def prompts_of(self, split: str) -> int:
-        return dict(self.prompts_by_split).get(split, self.prompts)
 
 
 RECIPES = {
@@ -82,23 +66,6 @@ TINY_PROMPTS = 100
 OUT_ENTRIES = frozenset({"base", "sft", "grpo", "plots", "summary.json", "completions.md"})
 # The behaviour counters the reasoning table shows (behaviour/<name>, means per completion).
 COUNTERS = ("guess", "steps", "combined_steps", "checks", "backtracks", "wrong_steps")
-
-
-@dataclass
-class QuickstartRun:
-    recipe: Recipe
-    out: Path
-    base_path: Path
-    final_path: Path
-    task: Task
-    rl_steps: int
-    temperature: float
-    eval_dtype: str                 # eval.compute_dtype of the measurements
-    before: dict[str, EvalResult]   # by split
-    after: dict[str, EvalResult]
-    sft_seconds: float
-    grpo_seconds: float
-    total_seconds: float
 
 
 def run_quickstart(out: str | Path | None = None, recipe: str = "arithmetic", tiny: bool = False
