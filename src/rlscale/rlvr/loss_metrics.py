@@ -96,12 +96,20 @@ def ratio_metrics(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: fl
     `clip/low_frac` counts units where `A < 0` and `r < 1 - clip_low`, `clip/high_frac`
     units where `A > 0` and `r > 1 + clip_high`: exactly the cases where the min picks the
     clipped branch and it differs."""
-    advantages = per_unit(advantages, ratio)
-    low = share((advantages < 0) & (ratio < 1.0 - clip_low), units)
-    high = share((advantages > 0) & (ratio > 1.0 + clip_high), units)
+    low, high = clipped_sides(ratio, advantages, clip_low, clip_high)
     mean, largest = kept_stats(ratio, units, 1.0)
-    return {"clip/low_frac": low, "clip/high_frac": high, "clip/frac": low + high,
-            "ratio/mean": mean, "ratio/max": largest}
+    low_share, high_share = share(low, units), share(high, units)
+    return {"clip/low_frac": low_share, "clip/high_frac": high_share,
+            "clip/frac": low_share + high_share, "ratio/mean": mean, "ratio/max": largest}
+
+
+def clipped_sides(ratio: Tensor, advantages: Tensor, clip_low: float,
+                  clip_high: float) -> tuple[Tensor, Tensor]:
+    """Where the clipped branch binds, below (`A < 0`, `r < 1 - clip_low`) and above
+    (`A > 0`, `r > 1 + clip_high`), at the ratio's level."""
+    advantages = per_unit(advantages, ratio)
+    return ((advantages < 0) & (ratio < 1.0 - clip_low),
+            (advantages > 0) & (ratio > 1.0 + clip_high))
 
 
 @torch.no_grad()
@@ -111,9 +119,8 @@ def clip_by_length(ratio: Tensor, advantages: Tensor, units: Tensor, clip_low: f
     units of the completions no longer than the batch's median length, `clip/frac_long` over
     the longer ones (both 0 where a half has no unit). One clip range for every length is
     what GSPO's length normalisation questions (docs/objectives.md)."""
-    advantages = per_unit(advantages, ratio)
-    clipped = (((advantages < 0) & (ratio < 1.0 - clip_low))
-               | ((advantages > 0) & (ratio > 1.0 + clip_high))) & units
+    low, high = clipped_sides(ratio, advantages, clip_low, clip_high)
+    clipped = (low | high) & units
     lengths = mask.sum(dim=1)
     if ratio.dim() == 2:          # token units: each row's clipped and active tokens
         hits, counts = clipped.sum(dim=1).float(), units.sum(dim=1).float()
