@@ -97,11 +97,15 @@ def test_alarm_redo_and_chain_counters_on_hand_made_traces():
     caught = ("47+385=432 ?432-385=47 ok\n432-96=346 ?346+96=442 no\n"
               "432-96=336 ?336+96=432 ok\n336+710=1046 ?1046-710=336 ok\n<a>1046</a>")
     c = count_behaviour(caught)
-    assert (c.true_alarms, c.false_alarms, c.missed_slips, c.redos) == (1, 0, 0, 1)
+    assert (c.true_alarms, c.false_alarms, c.missed_slips, c.redos, c.corrected) == \
+        (1, 0, 0, 1, 1)
     assert chained_lines(caught, ex) == 3
     false_alarm = "47+385=432 ?432-385=46 no\n47+385=432 ?432-385=47 ok\n<a>432</a>"
     c = count_behaviour(false_alarm)
-    assert (c.true_alarms, c.false_alarms, c.redos) == (0, 1, 1)
+    assert (c.true_alarms, c.false_alarms, c.redos, c.corrected) == (0, 1, 1, 0)
+    # a caught slip redone wrong, then right: one correction (of the second wrong line)
+    c = count_behaviour("5+5=11 ?11-5=6 no\n5+5=12 ?12-5=7 no\n5+5=10 ?10-5=5 ok\n<a>10</a>")
+    assert (c.wrong_steps, c.true_alarms, c.redos, c.corrected) == (2, 2, 2, 1)
     # a "no" without the step written again is no redo; a slip passed with "ok" is missed
     c = count_behaviour("5+5=11 ?11-5=6 no\n6+1=7\n<a>7</a>")
     assert (c.true_alarms, c.redos) == (1, 0)

@@ -17,6 +17,7 @@ from cores import every_core
 from rlscale.cli import app
 from rlscale.experiments import (
     baseline_variance,
+    checking,
     clip_higher,
     clipping,
     continuum,
@@ -404,6 +405,20 @@ def emergence_numbers(gain, jitter=JITTER):
             "arms": arms}
 
 
+def checking_numbers(gain, jitter=JITTER):
+    """gain > 0: after RL the checks flag `gain` more of the wrong steps and a redo fixes
+    half as much more of them; < 0: both fall."""
+    def model(alarm, corrected, shift):
+        return {"alarm_rate": alarm + shift, "false_alarm_rate": 0.1, "checked_share": 0.5,
+                "corrected_share": corrected + shift, "wrong_step_share": 0.3,
+                "pass@1": 0.3 + gain / 4 + shift, "true_alarms": 10, "missed_slips": 40,
+                "false_alarms": 5, "corrected": 8, "wrong_steps": 90, "checks": 200}
+
+    return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 2,
+            "models": {"before": [model(0.2, 0.1, 0.0)] * 3,
+                       "after": [model(0.2 + gain, 0.1 + gain / 2, j) for j in jitter]}}
+
+
 def length_norm_numbers(wrong, jitter=JITTER):
     """wrong: the wrong completions' length per aggregation (right ones are 40 tokens);
     `jitter` (in tokens) on GRPO's 1/|y| arm."""
@@ -581,6 +596,10 @@ SYNTHETIC = {
         "supports": emergence_numbers(0.25),
         "contradicts": emergence_numbers(-0.1),
         "inconclusive": emergence_numbers(0.25, NOISE)}),
+    "checking": (checking, {
+        "supports": checking_numbers(0.3),
+        "contradicts": checking_numbers(-0.15),
+        "inconclusive": checking_numbers(0.3, NOISE)}),
     "grpo_vs_zero": (grpo_vs_zero, {
         "supports": grpo_vs_zero_numbers(0.1),
         "contradicts": grpo_vs_zero_numbers(-0.1),

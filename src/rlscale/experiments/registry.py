@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 NAMES = (
     "pass_at_k", "kl_anchor", "clipping", "clip_higher", "dynamic_sampling", "length_norm",
     "length_penalty", "gspo_ratio_variance", "baseline_variance", "forking_tokens", "tool_use",
-    "staleness", "continuum", "ppo_critic", "curriculum", "emergence", "zero_value_target", "zero_prior", "grpo_vs_zero",
+    "staleness", "continuum", "ppo_critic", "curriculum", "emergence", "checking",
+    "zero_value_target", "zero_prior", "grpo_vs_zero",
     "grpo_vs_zero_connect4", "zero_compute", "zero_elo", "selfplay_cycles",
 )
 

@@ -108,11 +108,27 @@ def _arms(result: ExperimentResult, experiment: Experiment) -> str:
     return f"Arms (overrides on {on}):\n\n```\n" + "\n".join(lines) + "\n```"
 
 
+def _base_minutes(experiment: Experiment) -> str:
+    """What the bases an experiment's full arms start from cost on first use: the shared
+    SFT base (~7 min) and/or bases of their own (~8 min each)."""
+    if not experiment.needs_base:
+        return ""
+    arms = experiment.arms("full")
+    own = sorted({arm.base.name for arm in arms if getattr(arm, "base", None) is not None})
+    costs = []
+    if not arms or any(getattr(arm, "base", None) is None for arm in arms):
+        costs.append("~7 min for the shared SFT base")
+    if own:
+        costs.append(f"~{8 * len(own)} min for its own SFT base{'s' if len(own) > 1 else ''} "
+                     f"({', '.join(own)})")
+    return ", plus " + " and ".join(costs) + " on first use"
+
+
 def _budget(experiment: Experiment) -> str:
     def settings(scale: str) -> str:
         return ", ".join(f"{k} {v}" for k, v in asdict(experiment.settings[scale]).items())
 
-    base = ", plus ~7 min for the shared SFT base on first use" if experiment.needs_base else ""
+    base = _base_minutes(experiment)
     smaller = "a smaller task and base" if experiment.needs_base else "a smaller self-play budget"
     minutes = experiment.minutes_per_seed * FULL.seeds
     return (f"**Budget.** Full: {settings('full')}, {FULL.seeds} seeds (estimated "

@@ -2,7 +2,9 @@
 length, pass@1, the share of completions with any worked line, the lines that work the
 prompt's own chain and the completion's characters; and whether a model can *use* worked lines it
 is handed (the answer it writes after the chain's right lines, greedy), the skill a strategy
-of writing lines needs before RL can reward it.
+of writing lines needs before RL can reward it; and how a model's checks treat its own slips
+(`checking`: the share of its checked wrong steps its checks flag, and of its slips a redo
+fixes).
 
 For `long_arithmetic`; the counters are its own (`behaviour`, `chained_lines`).
 """
@@ -18,7 +20,7 @@ import torch
 
 from .evaluate import EvalResult
 from .tasks import Example
-from .tasks.long_arithmetic import ANSWER_CLOSE, ANSWER_OPEN, LongArithmeticTask
+from .tasks.long_arithmetic import ANSWER_CLOSE, ANSWER_OPEN, LongArithmeticTask, count_behaviour
 
 # What `by_terms` reports per chain length: means per completion.
 FIGURES = ("pass@1", "intermediate", "chained_lines", "characters")
@@ -46,6 +48,55 @@ def over_terms(table: dict[int, dict[str, float]], lo: int, hi: int) -> dict[str
     if not chosen:
         raise ValueError(f"no completions of chains of {lo}-{hi} terms")
     return {name: sum(row[name] for row in chosen) / len(chosen) for name in FIGURES}
+
+
+@dataclass(frozen=True)
+class Checking:
+    """How a model's checks treat its own steps, summed over completions (the counters of
+    `long_arithmetic`'s grammar)."""
+
+    completions: int
+    steps: int           # worked lines of one operation
+    checks: int          # check clauses
+    wrong_steps: int     # worked lines whose arithmetic is wrong (checked or not)
+    true_alarms: int     # checks that said "no" to a wrong step
+    missed_slips: int    # checks that said "ok" to a wrong step
+    false_alarms: int    # checks that said "no" to a right step
+    corrected: int       # wrong steps flagged and then written again right
+
+    @property
+    def alarm_rate(self) -> float:
+        """The true-alarm rate: the share of checked wrong steps the check flags (0 when no
+        wrong step was checked)."""
+        checked_wrong = self.true_alarms + self.missed_slips
+        return self.true_alarms / checked_wrong if checked_wrong else 0.0
+
+    @property
+    def false_alarm_rate(self) -> float:
+        """The share of checked right steps the check flags."""
+        checked_right = self.checks - self.true_alarms - self.missed_slips
+        return self.false_alarms / checked_right if checked_right else 0.0
+
+    @property
+    def corrected_share(self) -> float:
+        """The share of all wrong steps (checked or not) that a redo fixed."""
+        return self.corrected / self.wrong_steps if self.wrong_steps else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {**vars(self), "alarm_rate": self.alarm_rate,
+                "false_alarm_rate": self.false_alarm_rate,
+                "corrected_share": self.corrected_share}
+
+
+def checking(result: EvalResult) -> Checking:
+    """The checking counters over every completion of `result` (a `long_arithmetic` eval)."""
+    totals = dict.fromkeys(("steps", "checks", "wrong_steps", "true_alarms", "missed_slips",
+                            "false_alarms", "corrected"), 0)
+    for text in result.texts:
+        counters = count_behaviour(text)
+        for name in totals:
+            totals[name] += getattr(counters, name)
+    return Checking(len(result.texts), **totals)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ class TraceCounters:
     # worked lines whose result is not the answer written (all of them without an answer):
     # intermediate results; a single line that works the whole chain is not one
     intermediate_lines: int = 0
+    corrected: int = 0    # right redos of a wrong step whose check said "no": slips fixed
 
     @property
     def guessed(self) -> bool:
@@ -101,16 +102,18 @@ class TraceCounters:
                 "false_alarms": self.false_alarms, "tool_steps": self.tool_steps,
                 "true_alarms": self.true_alarms, "redos": self.redos,
                 "intermediate_lines": self.intermediate_lines,
-                "intermediate": float(self.intermediate_lines > 0)}
+                "intermediate": float(self.intermediate_lines > 0),
+                "corrected_slips": self.corrected}
 
 
 def count_behaviour(completion: str) -> TraceCounters:
     """The behaviour counters of one completion (any text: unknown lines are counted)."""
     steps = combined = checks = backtracks = wrong = other = missed = false_alarms = 0
-    tool_steps = true_alarms = redos = 0
+    tool_steps = true_alarms = redos = corrected = 0
     answered, answer = False, None
     results: list[int] = []  # of the worked lines
     rejected = None  # the (total, operations) of the line above when its check said "no"
+    rejected_slip = False  # ... and whether that line was wrong
     for line in completion.strip().split("\n"):
         line = line.strip()
         if not line:
@@ -128,16 +131,18 @@ def count_behaviour(completion: str) -> TraceCounters:
             continue
         total, ops, result = int(match[1]), _TERM.findall(match[2]), int(match[3])
         results.append(result)
-        redos += rejected == (total, ops)
-        rejected = (total, ops) if match[8] == "no" else None
-        if len(ops) == 1:
-            steps += 1
-        else:
-            combined += 1
         value = total
         for sign, term in ops:
             value = value + int(term) if sign == "+" else value - int(term)
         slipped = value != result
+        redo = rejected == (total, ops)
+        redos += redo
+        corrected += redo and rejected_slip and not slipped
+        rejected, rejected_slip = ((total, ops), slipped) if match[8] == "no" else (None, False)
+        if len(ops) == 1:
+            steps += 1
+        else:
+            combined += 1
         wrong += slipped
         if match[4] is not None:
             checks += 1
@@ -147,7 +152,8 @@ def count_behaviour(completion: str) -> TraceCounters:
             true_alarms += slipped and match[8] == "no"
     intermediate = sum(result != answer for result in results)
     return TraceCounters(steps, combined, checks, backtracks, wrong, other, answered, missed,
-                         false_alarms, tool_steps, true_alarms, redos, intermediate)
+                         false_alarms, tool_steps, true_alarms, redos, intermediate,
+                         corrected)
 
 
 def chained_lines(completion: str, example: Example) -> int:
