@@ -59,6 +59,7 @@ from rlscale.experiments.verdict import (
     judge,
     judge_at_most,
     overall,
+    power_statement,
 )
 from rlscale.rlvr import objectives
 from rlscale.runtime.rundir import RunDirError
@@ -140,6 +141,9 @@ def test_detectable_is_the_effect_found_four_times_in_five():
     assert Effect("e", (0.10, 0.12, 0.11, 0.13), +1, min_effect=0.05).could_show
     assert not Effect("e", (0.10, -0.08, 0.05, -0.04), +1, min_effect=0.05).could_show
     assert not Effect("e", (0.1,), +1, min_effect=0.05).could_show  # one seed shows nothing
+    # every seed the same (e.g. a behaviour that never appears): no spread to size power by
+    flat = Effect("e", (0.0, 0.0, 0.0, 0.0), +1, min_effect=0.1)
+    assert not flat.could_show and power_statement(flat).startswith("every seed gave the same")
 
 
 def test_the_at_most_test_supports_five_percent_of_effects_at_the_margin():

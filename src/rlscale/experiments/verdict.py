@@ -206,6 +206,9 @@ def power_statement(effect: Effect) -> str:
     detectable = effect.estimate.detectable()
     if detectable is None:
         return "one seed: detects nothing"
+    if detectable == 0:
+        return (f"every seed gave the same value: no spread to size the power by; min "
+                f"{effect.min_effect:g}: cannot show")
     verdict = "could show" if effect.could_show else "cannot show"
     return (f"detects >= {detectable:.3g} ({POWER:.0%}); min {effect.min_effect:g}: "
             f"{verdict}")
