@@ -1,7 +1,7 @@
 """A learner group of 2 processes (FSDP2 over gloo) computes what 1 process computes: the
-same weights after 5 steps for grpo, dapo and gspo with several minibatches, epochs and
-micro-batches; global normalisation with uneven token counts across ranks; and checkpoints
-that resume across a change of the number of processes."""
+same weights after 5 steps for grpo, dapo, gspo and PPO (its critic too) with several
+minibatches, epochs and micro-batches; global normalisation with uneven token counts across
+ranks; and checkpoints that resume across a change of the number of processes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from rlscale.rlvr import sharding
 from rlscale.rlvr.batch import build_policy_batch
 from rlscale.rlvr.config import TrainConfig
+from rlscale.rlvr.critic import make_critic
 from rlscale.rlvr.learner_group import LearnerRank, LearnerSpec, LocalLearner
 from rlscale.rlvr.model import load_model
 from rlscale.rlvr.objectives import PRESETS
@@ -48,6 +50,7 @@ ARMS = {
     "gspo": (PRESETS["gspo"], TrainConfig(lr=3e-3, epochs=1, minibatches=2, micro_batch_size=1)),
     "top_entropy": (replace(PRESETS["grpo"], entropy_top_rho=0.5, kl_coef=0.0),
                     TrainConfig(lr=3e-3, minibatches=2, pack=False)),
+    "ppo": (PRESETS["ppo"], TrainConfig(lr=3e-3, epochs=2, minibatches=2, micro_batch_size=2)),
 }
 
 
@@ -67,14 +70,16 @@ def one_process(spec: LearnerSpec) -> tuple[dict[str, torch.Tensor], list[dict]]
     if spec.with_reference:
         reference, _ = load_model(spec.model_path, spec.model_dtype)
         reference.requires_grad_(False)
-    learner = LocalLearner(PolicyTrainer(model, reference, StepLoss(spec.objective), spec.train,
-                                         temperature=1.0))
+    critic = make_critic(spec.objective, spec.train, model, spec.compute_dtype)
+    learner = LocalLearner(PolicyTrainer(model, reference, StepLoss(spec.objective, critic),
+                                         spec.train, temperature=1.0))
     metrics = []
     for step in range(STEPS):
         batch = step_batch(step)
         result = learner.step(batch, seed=step)
         metrics.append({**result.metrics, **learner.update_stats(batch, result)})
-    return model.state_dict(), metrics
+    critic_state = {} if critic is None else critic.model.state_dict()
+    return {**model.state_dict(), **{f"critic.{k}": v for k, v in critic_state.items()}}, metrics
 
 
 def free_port() -> int:
@@ -97,7 +102,10 @@ def _rank_main(rank: int, size: int, port: int, specs: list[LearnerSpec], out: s
                 learner.save_undo()  # as the guard does before every step (health snapshot)
                 result = learner.step(batch, step)
                 metrics.append({**result.metrics, **learner.update_stats(batch, result)})
-            results.append((learner.full_state(), metrics))
+            critic = learner.trainer.loss.critic
+            critic_state = {} if critic is None else sharding.full_state_dict(critic.model)
+            results.append(({**learner.full_state(),
+                             **{f"critic.{k}": v for k, v in critic_state.items()}}, metrics))
         if rank == 0:
             torch.save(results, out)
     finally:
@@ -123,7 +131,8 @@ def relative_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> floa
 
 
 def test_two_processes_reach_the_weights_of_one(tiny_model_dir, tmp_path):
-    """Every arm (grpo, dapo, gspo, the top-entropy mask) in one 2-process group."""
+    """Every arm (grpo, dapo, gspo, the top-entropy mask, PPO with its critic) in one
+    2-process group."""
     specs = [spec_of(arm, tiny_model_dir) for arm in ARMS]
     start = load_model(tiny_model_dir, "float64")[0].state_dict()
     for arm, spec, (grouped, group_metrics) in zip(ARMS, specs, group_of(2, specs, tmp_path),
@@ -133,8 +142,13 @@ def test_two_processes_reach_the_weights_of_one(tiny_model_dir, tmp_path):
         assert relative_gap(single, start) > 1e-3, arm  # the steps moved the weights
         assert relative_gap(grouped, single) < 1e-5, arm
         for one, two in zip(single_metrics, group_metrics, strict=True):
-            for key in ("policy/grad_norm", "policy/entropy", "policy/kl_new_old", "loss/loss"):
-                assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), (arm, key)
+            keys = ("policy/grad_norm", "policy/entropy", "policy/kl_new_old", "loss/loss",
+                    *(("critic/value_loss", "critic/grad_norm", "critic/explained_variance")
+                      if arm == "ppo" else ()))
+            for key in keys:
+                assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7, nan_ok=True), (arm, key)
+        if arm == "ppo":  # the critic trained, and to the same weights
+            assert any(k.startswith("critic.") for k in grouped)
 
 
 def test_a_rank_share_balances_tokens_and_covers_every_row():
@@ -153,13 +167,14 @@ def test_a_rank_share_balances_tokens_and_covers_every_row():
 RUN_STEPS = 6
 
 
-def run_config(tmp_path, model_dir, name: str, processes: int, steps: int = RUN_STEPS):
-    """A short GRPO run whose advantages are not all zero from the first step (a length
-    penalty), a checkpoint every 2 steps; its own folder under tmp_path."""
+def run_config(tmp_path, model_dir, name: str, processes: int, steps: int = RUN_STEPS,
+               objective: str = "grpo"):
+    """A short GRPO (or `objective`) run whose advantages are not all zero from the first
+    step (a length penalty), a checkpoint every 2 steps; its own folder under tmp_path."""
     import yaml
 
     cfg = {"run_dir": str(tmp_path / name), "model": {"path": str(model_dir)},
-           "task": {"name": "arithmetic", "options": {"add_digits": 2}}, "objective": "grpo",
+           "task": {"name": "arithmetic", "options": {"add_digits": 2}}, "objective": objective,
            "loss": {"kl_coef": 0.01, "length_penalty_per_token": 0.05},
            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
            "train": {"steps": steps, "lr": 1e-3, "minibatches": 2, "seed": 3, "threads": 1,
@@ -203,6 +218,25 @@ def test_a_run_resumes_with_another_number_of_learner_processes(first, then, unb
     reference = final_weights(unbroken_run)
     assert relative_gap(final_weights(tmp_path / "run"), reference) < 1e-5
     assert relative_gap(reference, load_model(tiny_model_dir, "float32")[0].state_dict()) > 1e-4
+
+
+@pytest.fixture(scope="module")
+def unbroken_ppo_run(tiny_model_dir, tmp_path_factory):
+    """PPO (a learned critic) in one process, RUN_STEPS steps in one go."""
+    tmp_path = tmp_path_factory.mktemp("unbroken_ppo")
+    train(run_config(tmp_path, tiny_model_dir, "one", 1, objective="ppo"))
+    return tmp_path / "one"
+
+
+@pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
+def test_ppo_resumes_its_critic_with_another_number_of_learner_processes(
+        first, then, unbroken_ppo_run, tiny_model_dir, tmp_path):
+    """The critic's weights and optimiser, saved whole and sharded by a group or whole by
+    one process, continue the run exactly: the policy reaches the unbroken run's weights."""
+    config = run_config(tmp_path, tiny_model_dir, "run", first, steps=3, objective="ppo")
+    train(config)
+    train(config, f"train.learner_processes={then}", f"train.steps={RUN_STEPS}", "--resume")
+    assert relative_gap(final_weights(tmp_path / "run"), final_weights(unbroken_ppo_run)) < 1e-5
 
 
 @pytest.mark.slow

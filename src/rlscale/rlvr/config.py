@@ -378,9 +378,7 @@ class RLVRConfig(StrictModel):
         unbuilt = [name for name, asked in (
             ("model.lora", self.model.lora is not None),
             ("train.compile", self.train.compile),
-            ("a teacher (objective opd / loss.teacher_weight)", self.teacher is not None),
-            ("a learned critic (objective ppo / loss.critic)",
-             self.objective in PRESETS and self.resolved_objective().critic))
+            ("a teacher (objective opd / loss.teacher_weight)", self.teacher is not None))
             if asked]
         if unbuilt:
             raise ValueError(f"train.learner_processes > 1 with {', '.join(unbuilt)} is not "

@@ -25,6 +25,11 @@ for the same epochs and minibatches, by the clipped value loss
 
 (PPO's value clipping: a minibatch cannot move a value further than `eps` from where the
 step started, unless that brings it closer to its return).
+
+In a learner group (train.learner_processes > 1) every rank holds an FSDP2 shard of the
+value model and computes its share of each minibatch's rows, as the policy's trainer does
+(rlvr/ranks.py): the values every rank's rows put together, the loss normalised by the whole
+minibatch's tokens, the gradients summed over the ranks. N processes fit what one fits.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ from .attention import training_attention
 from .batch import PolicyBatch, micro_batches
 from .logprobs import make_layout
 from .lora import is_lora
-from .objectives import Aggregation
+from .objectives import Aggregation, Objective
+from .ranks import RankGroup
 from .token_math import masked_mean, positive
 
 # ----------------------------------------------------------------------------- the math
@@ -163,9 +169,16 @@ class Critic:
     def __init__(self, policy, *, lr: float, weight_decay: float, grad_clip: float,
                  value_clip: float, epochs: int, minibatches: int, micro_batch_size: int = 0,
                  micro_batch_tokens: int = 0, pack: bool = False,
-                 compute_dtype: str = "float32") -> None:
+                 compute_dtype: str = "float32", ranks: RankGroup | None = None) -> None:
+        """`policy`: the (unsharded) model whose decoder the value model copies; `ranks`: this
+        process's place in a learner group, whose value model is sharded over it."""
+        self.ranks = ranks or RankGroup()
         self.model = ValueModel(policy)
         self.device = next(self.model.parameters()).device
+        if self.ranks.distributed:
+            from .sharding import shard_value_model
+
+            self.model = shard_value_model(self.model, self.device.type)
         self.optimizer = adamw([p for p in self.model.parameters() if p.requires_grad], lr=lr,
                                weight_decay=weight_decay, betas=(0.9, 0.99))
         self.grad_clip, self.value_clip = grad_clip, value_clip
@@ -180,14 +193,32 @@ class Critic:
     def _chunks(self, index: Tensor, lengths: Tensor) -> list[Tensor]:
         return micro_batches(index, lengths, self.micro_batch_size, self.micro_batch_tokens)
 
+    def _my_chunks(self, index: Tensor, lengths: Tensor) -> list[Tensor | None]:
+        """This rank's micro-batches of the rows `index`, padded with None to as many as any
+        rank runs (each forward of a sharded model is a collective)."""
+        start, end = self.ranks.share(index, lengths)
+        mine = self._chunks(index[start:end], lengths) if end > start else []
+        return self.ranks.padded(mine)
+
+    def _padding(self, batch: PolicyBatch) -> Tensor:
+        """A forward that counts for nothing, for a rank with fewer micro-batches."""
+        return self._forward(batch.select(torch.arange(1)))
+
     @torch.no_grad()
     def values(self, batch: PolicyBatch) -> Tensor:
-        """`[B, T]` values of every row of `batch`, in micro-batches, without gradients."""
+        """`[B, T]` values of every row of `batch`, in micro-batches, without gradients (in a
+        group: each rank's rows, put together on every rank)."""
         self.model.eval()
         out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
-        for chunk in self._chunks(torch.arange(len(batch)), batch.lengths()):
+        for chunk in self._my_chunks(torch.arange(len(batch)), batch.lengths()):
+            if chunk is None:
+                self._padding(batch)
+                continue
             out[chunk] = self._forward(batch.select(chunk)).to(out.device)
-        return out
+        reshard = getattr(self.model, "reshard", None)  # no backward follows (sharding.py)
+        if reshard is not None:
+            reshard()
+        return self.ranks.sum(out)
 
     def fit(self, batch: PolicyBatch, targets: CriticTargets,
             generator: torch.Generator | None = None) -> dict[str, float]:
@@ -203,17 +234,22 @@ class Critic:
                     continue
                 aggregate = Aggregation("token-mean", num_tokens=float(batch.mask[index].sum()))
                 self.optimizer.zero_grad(set_to_none=True)
-                total, bit = 0.0, 0.0
-                for chunk in self._chunks(index, lengths):
+                sums = torch.zeros(2, dtype=torch.float64)  # this rank's loss, clipped tokens
+                for chunk in self._my_chunks(index, lengths):
+                    if chunk is None:
+                        (self._padding(batch).sum() * 0.0).backward()
+                        continue
                     micro = batch.select(chunk)
                     loss, share = value_loss(self._forward(micro), targets.old_values[chunk],
                                              targets.returns[chunk], micro.mask,
                                              clip=self.value_clip, aggregate=aggregate)
                     loss.backward()
-                    total += float(loss.detach())
-                    bit += float(share) * float(micro.mask.sum())
-                norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                            self.grad_clip))
+                    sums += torch.tensor([float(loss.detach()),
+                                          float(share) * float(micro.mask.sum())],
+                                         dtype=torch.float64)
+                total, bit = self.ranks.sum(sums).tolist()
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
                 if math.isfinite(norm):
                     self.optimizer.step()
                 losses.append(total)
@@ -224,11 +260,28 @@ class Critic:
                 "critic/grad_norm": sum(norms) / max(len(norms), 1)}
 
     def state(self) -> dict:
+        """One process's critic: its weights and optimiser state (as trainer_state.pt keeps
+        them)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def make_critic(objective: Objective, train, policy, compute_dtype: str,
+                ranks: RankGroup | None = None) -> Critic | None:
+    """PPO's value model (objective `critic`), a copy of `policy`'s decoder, with the
+    policy's optimiser settings and batch shape (`train`: a TrainConfig), sharded over
+    `ranks` in a learner group; None for the critic-free objectives."""
+    if not objective.critic:
+        return None
+    return Critic(policy, lr=objective.critic_lr or train.lr, weight_decay=train.weight_decay,
+                  grad_clip=train.grad_clip, value_clip=objective.value_clip,
+                  epochs=train.epochs, minibatches=train.minibatches,
+                  micro_batch_size=train.micro_batch_size,
+                  micro_batch_tokens=train.micro_batch_tokens, pack=train.pack,
+                  compute_dtype=compute_dtype, ranks=ranks)
 
 
 # ----------------------------------------------------------------------------- a step's advantages

@@ -25,6 +25,7 @@ from ..config import ConfigError
 from ..runtime.health import StepUndo, StepUndos
 from . import sharding
 from .batch import PolicyBatch
+from .critic import make_critic
 from .model import enable_activation_checkpointing, load_model
 from .objectives import Objective
 from .ranks import RankGroup
@@ -78,14 +79,27 @@ class LocalLearner:
         t.scheduler.load_state_dict(state["scheduler"])
         t.set_lr(lr, weight_decay)
         t.version = state["version"]
-        if t.loss.critic is not None:
-            if state.get("critic") is None:
-                raise ValueError(f"the checkpoint in {folder} has no critic: it was not saved "
-                                 "by a run with a learned critic (objective ppo)")
-            t.loss.critic.load(state["critic"])
+        critic = t.loss.critic
+        if critic is not None:
+            saved = saved_critic(state, folder)
+            if saved["optimizer"] is not None:
+                critic.load(saved)
+            else:  # a group saved it: the weights whole, the optimiser sharded
+                critic.model.load_state_dict(saved["model"])
+                sharding.load_optimizer(critic.model, critic.optimizer, folder,
+                                        sharding.CRITIC_OPTIMIZER_DIR)
 
     def close(self) -> None:
         return None
+
+
+def saved_critic(state: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A checkpoint's critic (weights, and the optimiser state of one process or None when
+    a group saved it sharded beside it), or a one-line error naming the folder."""
+    if state.get("critic") is None:
+        raise ValueError(f"the checkpoint in {folder} has no critic: it was not saved by a "
+                         "run with a learned critic (objective ppo)")
+    return state["critic"]
 
 
 @dataclass(frozen=True)
@@ -137,19 +151,24 @@ class LearnerRank:
         if device.type == "cuda":
             device = torch.device("cuda", torch.cuda.current_device())
         model, _ = load_model(spec.model_path, spec.model_dtype)
+        ranks = RankGroup(self.rank, self.size)
+        # PPO's value model copies the decoder before the policy's is sharded
+        critic = make_critic(spec.objective, spec.train, model.to(device), spec.compute_dtype,
+                             ranks=ranks)
         if spec.train.gradient_checkpointing:
             enable_activation_checkpointing(model)
-        policy = sharding.shard_policy(model.to(device), device.type)
+        policy = sharding.shard_policy(model, device.type)
         reference = None
         if spec.with_reference:
             frozen, _ = load_model(spec.model_path, spec.model_dtype)
             reference = sharding.shard_policy(frozen.to(device), device.type)
             reference.eval().requires_grad_(False)
-        self.trainer = PolicyTrainer(policy, reference, StepLoss(spec.objective), spec.train,
-                                     temperature=spec.temperature,
-                                     compute_dtype=spec.compute_dtype,
-                                     ranks=RankGroup(self.rank, self.size))
-        self.undo = StepUndo(policy, self.trainer.optimizer, self.trainer.scheduler)
+        self.trainer = PolicyTrainer(policy, reference, StepLoss(spec.objective, critic),
+                                     spec.train, temperature=spec.temperature,
+                                     compute_dtype=spec.compute_dtype, ranks=ranks)
+        undo = StepUndo(policy, self.trainer.optimizer, self.trainer.scheduler)
+        self.undo = undo if critic is None else \
+            StepUndos(undo, StepUndo(critic.model, critic.optimizer))
 
     # -- the collectives the loop drives (every rank runs each) --------------------------
     def step(self, batch: PolicyBatch, seed: int) -> StepResult:
@@ -169,10 +188,17 @@ class LearnerRank:
         self.undo.restore()
 
     def save(self, folder: str) -> dict[str, Any]:
-        """Each rank's optimiser shard into `folder`; rank 0's schedule and version."""
-        t = self.trainer
+        """Each rank's optimiser shard into `folder`; rank 0's schedule and version (and
+        PPO's critic: its whole weights, its optimiser's shards beside the policy's)."""
+        t, critic = self.trainer, self.trainer.loss.critic
         sharding.save_optimizer(t.model.model, t.optimizer, Path(folder))
-        return {"optimizer": None, "scheduler": t.scheduler.state_dict(), "version": t.version}
+        kept = None
+        if critic is not None:
+            sharding.save_optimizer(critic.model, critic.optimizer, Path(folder),
+                                    sharding.CRITIC_OPTIMIZER_DIR)
+            kept = {"model": sharding.full_state_dict(critic.model), "optimizer": None}
+        return {"optimizer": None, "scheduler": t.scheduler.state_dict(), "version": t.version,
+                "critic": kept}
 
     def load(self, folder: str, state: dict[str, Any], lr: float, weight_decay: float) -> None:
         """A checkpoint's weights, optimiser (sharded or one process's) and schedule."""
@@ -186,6 +212,16 @@ class LearnerRank:
         t.scheduler.load_state_dict(state["scheduler"])
         t.set_lr(lr, weight_decay)
         t.version = state["version"]
+        critic = t.loss.critic
+        if critic is not None:
+            saved = saved_critic(state, folder)
+            sharding.load_full_state_dict(critic.model, saved["model"])
+            if saved["optimizer"] is not None:  # one process saved it
+                sharding.load_torch_optimizer_state(critic.model, critic.optimizer,
+                                                    saved["optimizer"])
+            else:
+                sharding.load_optimizer(critic.model, critic.optimizer, folder,
+                                        sharding.CRITIC_OPTIMIZER_DIR)
 
     def close(self) -> None:
         if torch.distributed.is_initialized():

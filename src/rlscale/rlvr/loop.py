@@ -45,7 +45,7 @@ from . import lora, objectives, shaping
 from .advantages import ADVANTAGE_ESTIMATORS
 from .batch import build_policy_batch
 from .config import RESUME_FREE_FIELDS, LossConfig, RLVRConfig
-from .critic import Critic
+from .critic import make_critic
 from .curriculum import make_curriculum
 from .evaluate import evaluate
 from .fleet import FleetResume, FleetRollouts, fleet_resume
@@ -77,20 +77,6 @@ from .trainer import PolicyTrainer
 # gradient norm; a NaN produced by the update itself shows in the KL or the weights.
 GUARDED_METRICS = ("loss/loss", "policy/grad_norm", "policy/grad_norm_max", "policy/kl_new_old",
                    "kl/mean")
-
-
-def make_critic(cfg: RLVRConfig, objective: objectives.Objective, model,
-                compute_dtype: str) -> Critic | None:
-    """PPO's value model (objective `critic`), a copy of `model`'s decoder, with the
-    policy's optimiser settings and batch shape; None for the critic-free objectives."""
-    if not objective.critic:
-        return None
-    t = cfg.train
-    return Critic(model, lr=objective.critic_lr or t.lr, weight_decay=t.weight_decay,
-                  grad_clip=t.grad_clip, value_clip=objective.value_clip, epochs=t.epochs,
-                  minibatches=t.minibatches, micro_batch_size=t.micro_batch_size,
-                  micro_batch_tokens=t.micro_batch_tokens, pack=t.pack,
-                  compute_dtype=compute_dtype)
 
 
 def shaped_rewards(group: RolloutGroup, objective: objectives.Objective,
@@ -184,7 +170,8 @@ class RLVRRun:
                                      ).to(self.device)
                         if self.objective.uses_teacher else None)
         self.trainer = PolicyTrainer(self.model, self.reference, StepLoss(
-            self.objective, make_critic(cfg, self.objective, self.model, self.compute_dtype)),
+            self.objective, make_critic(self.objective, cfg.train, self.model,
+                                        self.compute_dtype)),
             cfg.train, temperature=cfg.rollout.temperature, compute_dtype=self.compute_dtype)
         # The learner: this trainer, or (train.learner_processes > 1) the group of ranks
         # started in train(), where a checkpoint's learner state waits for it.

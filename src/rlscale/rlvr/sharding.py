@@ -25,6 +25,7 @@ from ..config import ConfigError
 from .logprobs import plain_output_layer
 
 OPTIMIZER_DIR = "optimizer"  # a checkpoint's sharded optimiser state (torch.distributed.checkpoint)
+CRITIC_OPTIMIZER_DIR = "critic_optimizer"  # PPO's critic's, beside it
 
 
 class CompletionLogits(nn.Module):
@@ -60,12 +61,26 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 def shard_policy(model: nn.Module, device_type: str) -> CompletionLogits:
     """`model` sharded in place over every learner process (one FSDP2 unit per decoder
     layer, the rest in the root), gradients summed over ranks; returns the root to run."""
+    return _shard(CompletionLogits(model), decoder_layers(model), device_type)
+
+
+def shard_value_model(model: nn.Module, device_type: str) -> nn.Module:
+    """PPO's value model (rlvr/critic.ValueModel: a decoder `trunk` and a scalar head)
+    sharded in place as the policy is: one unit per decoder layer, the embeddings, final norm
+    and head in the root (its forward is one), gradients summed over ranks."""
+    layers = getattr(model.trunk, "layers", None)
+    if layers is None:
+        raise ConfigError(f"train.learner_processes > 1: the critic's decoder "
+                          f"({type(model.trunk).__name__}) has no `layers` list to shard")
+    return _shard(model, list(layers), device_type)
+
+
+def _shard(root: nn.Module, layers: list[nn.Module], device_type: str) -> nn.Module:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
-    root = CompletionLogits(model)
-    for layer in decoder_layers(model):
+    for layer in layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(root, mesh=mesh)
     for module in root.modules():
@@ -91,17 +106,19 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
 
-def save_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+def save_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path,
+                   name: str = OPTIMIZER_DIR) -> None:
     """The optimiser state by parameter name, each rank writing its shard into
-    `folder/optimizer` (a collective); loadable at any number of processes."""
+    `folder/name` (a collective); loadable at any number of processes."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)},
-             checkpoint_id=str(Path(folder) / OPTIMIZER_DIR))
+             checkpoint_id=str(Path(folder) / name))
 
 
-def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path,
+                   name: str = OPTIMIZER_DIR) -> None:
     """The state `save_optimizer` wrote, resharded to this group's processes (one process,
     without a process group, included)."""
     import torch.distributed.checkpoint as dcp
@@ -111,7 +128,7 @@ def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: P
     )
 
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # allocates the targets
-    dcp.load(state, checkpoint_id=str(Path(folder) / OPTIMIZER_DIR))
+    dcp.load(state, checkpoint_id=str(Path(folder) / name))
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
