@@ -313,3 +313,35 @@ def test_arena_plays_a_go_model_on_its_own_board(tmp_path):
                                       "--games", "2", "--simulations", "4"])
     assert result.exit_code == 0, result.output
     assert "2 games" in result.output
+
+
+def test_arena_writes_every_go_game_as_sgf_and_never_over_old_records(tmp_path):
+    """`--sgf-dir`: one record a game, with the players by colour and the final position's
+    Tromp-Taylor result; a folder that already holds records is refused before any game."""
+    from typer.testing import CliRunner
+
+    from rlscale.cli import app
+    from rlscale.zero.games.go import result_string
+    from rlscale.zero.sgf import from_sgf
+
+    _save_go_model(tmp_path / "go7", {})
+    args = ["zero", "arena", "--game", "go", "--model", str(tmp_path / "go7"), "--opponent",
+            "random", "--games", "4", "--simulations", "4", "--sgf-dir", str(tmp_path / "sgf")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    records = sorted((tmp_path / "sgf").glob("game_*.sgf"))
+    assert [p.name for p in records] == [f"game_000{i}.sgf" for i in range(1, 5)]
+    game = Go(size=7)
+    colours = set()
+    for path in records:
+        sgf = from_sgf(path.read_text())
+        assert sgf.size == 7 and sgf.moves
+        state = game.initial_state()
+        for _, action in sgf.moves:
+            state = game.apply(state, action)
+        assert game.is_terminal(state) and sgf.result == result_string(game.score(state))
+        colours.add((sgf.black, sgf.white))
+    assert colours == {("net(4 sims)", "random"), ("random", "net(4 sims)")}
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "already holds game records" in again.output
+    assert len(list((tmp_path / "sgf").glob("game_*.sgf"))) == 4

@@ -111,14 +111,21 @@ def arena(
         "--audit", help="Connect Four: solve every position of every game and count each "
         "side's outcome-changing moves (slow: a position 2 plies deep takes 1-5 minutes to "
         "solve)")] = False,
+    sgf_dir: Annotated[Path | None, typer.Option(
+        "--sgf-dir", help="Go: write every game as SGF there (game_0001.sgf on; a folder "
+        "that already holds game records is refused)")] = None,
 ) -> None:
     """Play a match of the model against an opponent; print W/D/L, score and Elo."""
     from ..runtime.metrics import Heartbeat
-    from ..zero.matches import play_match
+    from ..zero.matches import check_new_sgf_dir, play_match, write_match_sgfs
     from ..zero.perfect_play import audit_match, audit_summary, audit_table
 
     if audit and game != "connect4":
         raise ValueError(f"--audit needs the Connect Four solver; the game is {game!r}")
+    if sgf_dir is not None:
+        if game != "go":
+            raise ValueError(f"--sgf-dir writes Go records; the game is {game!r}")
+        check_new_sgf_dir(sgf_dir)  # before the match, not after it
     set_threads(threads)
     dev = torch_device(device)
     main = lazy_model_agent(model, game, simulations, search, seed, dev)
@@ -129,6 +136,8 @@ def arena(
     result = play_match(g, agent, rival, games, seed=seed, opening_plies=opening_plies,
                         progress=lambda done, total, moves: beat(
                             f"{done}/{total} games finished, {moves} moves played"))
+    if sgf_dir is not None:
+        write_match_sgfs(g, result, sgf_dir)
     audits = None
     if audit:
         audit_beat = Heartbeat("audit").beat

@@ -12,13 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .agents import Agent, act_many
 from .games.base import Game
+from .games.go import Go, result_string
 from .ratings import EloEstimate, elo_difference
+from .sgf import write_sgf
 
 DEFAULT_OPENING_PLIES = 2
 
@@ -178,3 +181,33 @@ def _count(result: MatchResult, record: GameRecord) -> None:
     else:
         result.losses += 1
     result.records.append(record)
+
+
+def check_new_sgf_dir(folder: Path) -> None:
+    """Refuse a folder that already holds game records (they would be replaced)."""
+    if folder.is_dir() and any(folder.glob("game_*.sgf")):
+        raise ValueError(f"{folder} already holds game records (game_*.sgf): choose another "
+                         "folder, or move them away")
+
+
+def write_match_sgfs(game: Go, result: MatchResult, folder: Path) -> list[Path]:
+    """Every game of a Go match as `folder/game_0001.sgf` on, in the order they finished:
+    the moves (the random opening included), who played black and white, and the
+    Tromp-Taylor result of the final position (e.g. `B+3`)."""
+    if not isinstance(game, Go):
+        raise ValueError(f"SGF records are for Go; the game is {game!r}")
+    check_new_sgf_dir(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for number, record in enumerate(result.records, start=1):
+        state = game.initial_state()
+        for action in record.moves:
+            state = game.apply(state, action)
+        black, white = ((result.agent_a, result.agent_b) if record.a_first
+                        else (result.agent_b, result.agent_a))
+        path = folder / f"game_{number:04d}.sgf"
+        write_sgf(path, game.size, game.komi, record.moves,
+                  result=result_string(game.score(state)), black=black, white=white,
+                  comment=f"random opening of {len(record.opening)} moves")
+        paths.append(path)
+    return paths
