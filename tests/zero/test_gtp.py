@@ -342,6 +342,8 @@ def test_arena_writes_every_go_game_as_sgf_and_never_over_old_records(tmp_path):
         assert game.is_terminal(state) and sgf.result == result_string(game.score(state))
         colours.add((sgf.black, sgf.white))
     assert colours == {("net(4 sims)", "random"), ("random", "net(4 sims)")}
+    first, second = (from_sgf(p.read_text()) for p in records[:2])  # one opening, colours swapped
+    assert first.moves[:2] == second.moves[:2] and first.black == second.white
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "already holds game records" in again.output
     assert len(list((tmp_path / "sgf").glob("game_*.sgf"))) == 4

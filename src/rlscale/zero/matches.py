@@ -32,6 +32,7 @@ class GameRecord:
     moves: list[int]  # all actions, opening included
     a_first: bool  # agent A moved first (after the opening, colours are by player number)
     outcome: float  # player 0's view
+    number: int = 0  # the game's place in the match, from 1 (games 2k-1 and 2k share an opening)
 
     @property
     def a_score(self) -> float:
@@ -125,7 +126,7 @@ def play_match(
         raise ValueError("a match needs at least one game")
     rng = np.random.default_rng(seed)
     openings = random_openings(game, (games + 1) // 2, opening_plies, rng)
-    plan = [(openings[i // 2], i % 2 == 0) for i in range(games)]
+    plan = [(i + 1, openings[i // 2], i % 2 == 0) for i in range(games)]
     result = MatchResult(agent_a.name, agent_b.name)
     start = time.perf_counter()
     width = concurrency or games
@@ -137,12 +138,12 @@ def play_match(
             item = next(pending, None)
             if item is None:
                 return
-            opening, a_first = item
+            number, opening, a_first = item
             state = game.initial_state()
             for action in opening:
                 state = game.apply(state, action)
             live.append({"state": state, "moves": list(opening), "opening": opening,
-                         "a_first": a_first})
+                         "a_first": a_first, "number": number})
 
     refill()
     moves = 0
@@ -160,7 +161,8 @@ def play_match(
         finished = [g for g in live if game.is_terminal(g["state"])]
         for g in finished:
             live.remove(g)
-            record = GameRecord(g["opening"], g["moves"], g["a_first"], game.outcome(g["state"]))
+            record = GameRecord(g["opening"], g["moves"], g["a_first"], game.outcome(g["state"]),
+                                g["number"])
             _count(result, record)
         if progress is not None:
             progress(result.games, games, moves)
@@ -191,7 +193,8 @@ def check_new_sgf_dir(folder: Path) -> None:
 
 
 def write_match_sgfs(game: Go, result: MatchResult, folder: Path) -> list[Path]:
-    """Every game of a Go match as `folder/game_0001.sgf` on, in the order they finished:
+    """Every game of a Go match as `folder/game_0001.sgf` on, numbered by their place in
+    the match (games 1 and 2 share a random opening, with the colours swapped):
     the moves (the random opening included), who played black and white, and the
     Tromp-Taylor result of the final position (e.g. `B+3`)."""
     if not isinstance(game, Go):
@@ -199,13 +202,13 @@ def write_match_sgfs(game: Go, result: MatchResult, folder: Path) -> list[Path]:
     check_new_sgf_dir(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for number, record in enumerate(result.records, start=1):
+    for record in sorted(result.records, key=lambda r: r.number):
         state = game.initial_state()
         for action in record.moves:
             state = game.apply(state, action)
         black, white = ((result.agent_a, result.agent_b) if record.a_first
                         else (result.agent_b, result.agent_a))
-        path = folder / f"game_{number:04d}.sgf"
+        path = folder / f"game_{record.number:04d}.sgf"
         write_sgf(path, game.size, game.komi, record.moves,
                   result=result_string(game.score(state)), black=black, white=white,
                   comment=f"random opening of {len(record.opening)} moves")
