@@ -16,6 +16,7 @@ from rlscale.rlvr.objectives import (
     Aggregation,
     LossInputs,
     Objective,
+    log_sequence_ratio,
     policy_loss,
     sequence_level_loss,
     sequence_ratio,
@@ -257,6 +258,17 @@ def test_gspo_ratio_is_geometric_mean_of_token_ratios():
         kept = token_ratios[i][mask[i] > 0]
         expected = kept.prod() ** (1 / len(kept)) if len(kept) else torch.tensor(1.0)
         close(sequence_ratio(logp, old, mask, length_normalize=True)[i], expected, 1e-12)
+
+
+def test_the_log_sequence_ratio_stays_finite_where_the_ratio_overflows():
+    """120 tokens each 1 nat more likely: the ratio is exp(120), past float32's range; its
+    log is 120 (GSPO's: 1), which is what a variance of log-ratios must read."""
+    logp, old = torch.ones(2, 120), torch.zeros(2, 120)
+    mask = torch.ones(2, 120)
+    mask[1, 60:] = 0
+    assert torch.isinf(sequence_ratio(logp, old, mask)[0])
+    close(log_sequence_ratio(logp, old, mask), [120.0, 60.0])
+    close(log_sequence_ratio(logp, old, mask, length_normalize=True), [1.0, 1.0])
 
 
 def test_on_policy_gradients_agree_across_levels():

@@ -106,8 +106,8 @@ def step_log_ratios(logp_after: torch.Tensor, logp_before: torch.Tensor,
     """One step's log-ratios on its samples: per sequence its length and both sequence
     log-ratios (`objectives.sequence_ratio`), and every token's with its sequence's length."""
     lengths = mask.sum(dim=-1)
-    sequence = objectives.sequence_ratio(logp_after, logp_before, mask).log()
-    gspo = objectives.sequence_ratio(logp_after, logp_before, mask, length_normalize=True).log()
+    sequence = objectives.log_sequence_ratio(logp_after, logp_before, mask)
+    gspo = objectives.log_sequence_ratio(logp_after, logp_before, mask, length_normalize=True)
     active = mask > 0
     token = (logp_after - logp_before)[active]
     token_lengths = lengths[:, None].expand_as(mask)[active]

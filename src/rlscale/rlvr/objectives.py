@@ -199,13 +199,22 @@ def sequence_mean_log_ratio(delta: Tensor, mask: Tensor) -> Tensor:
     return delta.sum(dim=-1) / positive(mask.sum(dim=-1))
 
 
+def log_sequence_ratio(
+    logp: Tensor, old_logp: Tensor, mask: Tensor, *, length_normalize: bool = False
+) -> Tensor:
+    """`[B]` log sequence ratios `sum_t (logp - old_logp)`, or with `length_normalize`
+    GSPO's `mean_t ...`, over the masked tokens: finite where the ratio itself overflows
+    (a long sequence's summed log-ratio past ~88 is an infinite float32 ratio)."""
+    level = RATIO_LEVELS["sequence_mean" if length_normalize else "sequence"]
+    return level.log_ratio(masked_delta(logp, old_logp.detach(), mask), mask)
+
+
 def sequence_ratio(
     logp: Tensor, old_logp: Tensor, mask: Tensor, *, length_normalize: bool = False
 ) -> Tensor:
     """`[B]` sequence ratios `exp(sum_t (logp - old_logp))`, or with `length_normalize`
     GSPO's `exp(mean_t ...)`, over the masked tokens."""
-    level = RATIO_LEVELS["sequence_mean" if length_normalize else "sequence"]
-    return torch.exp(level.log_ratio(masked_delta(logp, old_logp.detach(), mask), mask))
+    return torch.exp(log_sequence_ratio(logp, old_logp, mask, length_normalize=length_normalize))
 
 
 # ----------------------------------------------------------------------------- behaviour correction
