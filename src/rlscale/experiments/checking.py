@@ -61,10 +61,7 @@ def arms(scale: str) -> list[Arm]:
 def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget) -> dict[str, float]:
     result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts,
                      samples=s.samples, ks=(1,))
-    counts = checking(result)
-    return {**counts.as_dict(), "pass@1": result.pass_at[1],
-            "checked_share": counts.checks / counts.steps if counts.steps else 0.0,
-            "wrong_step_share": counts.wrong_steps / counts.steps if counts.steps else 0.0}
+    return {**checking(result).as_dict(), "pass@1": result.pass_at[1]}
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:

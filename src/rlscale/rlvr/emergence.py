@@ -82,10 +82,21 @@ class Checking:
         """The share of all wrong steps (checked or not) that a redo fixed."""
         return self.corrected / self.wrong_steps if self.wrong_steps else 0.0
 
+    @property
+    def checked_share(self) -> float:
+        """Check clauses per one-operation step."""
+        return self.checks / self.steps if self.steps else 0.0
+
+    @property
+    def wrong_step_share(self) -> float:
+        """Wrong worked lines per one-operation step."""
+        return self.wrong_steps / self.steps if self.steps else 0.0
+
     def as_dict(self) -> dict[str, float]:
         return {**vars(self), "alarm_rate": self.alarm_rate,
                 "false_alarm_rate": self.false_alarm_rate,
-                "corrected_share": self.corrected_share}
+                "corrected_share": self.corrected_share,
+                "checked_share": self.checked_share, "wrong_step_share": self.wrong_step_share}
 
 
 def checking(result: EvalResult) -> Checking:
