@@ -122,8 +122,10 @@ def test_step_loss_with_a_critic_trains_on_per_token_advantages():
                        .flip(1).cumsum(1).flip(1) * batch.mask)  # gamma 1: R at every token
     assert {"critic/explained_variance", "critic/value_error_first_third"} <= set(figures)
     assert set(loss.finish(shaped, targets, None)) >= {"critic/value_loss"}
-    with pytest.raises(ValueError, match="needs a Critic"):
-        StepLoss(objective)
+    with pytest.raises(ValueError, match="holds none"):  # a group's driver never steps
+        StepLoss(objective).prepare(batch)
+    with pytest.raises(ValueError, match="without critic set"):
+        StepLoss(PRESETS["grpo"], critic)
     with pytest.raises(ValueError, match="ratio_level"):
         Objective(critic=True, ratio_level="sequence")
 
@@ -199,9 +201,16 @@ def test_a_lora_policys_critic_trains_its_own_adapters(tmp_path, tiny_model_dir)
     run.lock.release()
 
 
+def test_a_learner_groups_driver_holds_no_critic(tmp_path, tiny_model_dir):
+    # the ranks train the critic (tests/test_learner_group.py); a second copy here would be
+    # a whole model's memory that never trains
+    for processes, holds_one in ((1, True), (2, False)):
+        run = RLVRRun(_ppo_config(tmp_path / str(processes), tiny_model_dir,
+                                  f"train.learner_processes={processes}"))
+        assert (run.trainer.loss.critic is not None) == holds_one
+        run.lock.release()
+
+
 def test_ppo_config_errors_name_what_is_wrong(tmp_path, tiny_model_dir):
-    # a learner group trains the critic too (tests/test_learner_group.py)
-    assert _ppo_config(tmp_path, tiny_model_dir, "train.learner_processes=2"
-                       ).train.learner_processes == 2
     with pytest.raises(ConfigError, match="ratio_level"):
         _ppo_config(tmp_path, tiny_model_dir, "loss.ratio_level=sequence")

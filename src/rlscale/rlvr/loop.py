@@ -169,10 +169,14 @@ class RLVRRun:
         self.teacher = (load_teacher(cfg.teacher.path, cfg.teacher.dtype, self.tokenizer
                                      ).to(self.device)
                         if self.objective.uses_teacher else None)
-        self.trainer = PolicyTrainer(self.model, self.reference, StepLoss(
-            self.objective, make_critic(self.objective, cfg.train, self.model,
-                                        self.compute_dtype)),
-            cfg.train, temperature=cfg.rollout.temperature, compute_dtype=self.compute_dtype)
+        # PPO's critic: here, or (a learner group) on the ranks only, where it trains; this
+        # trainer then only scores for the teacher and counts versions until the group starts.
+        critic = None if self.sharded else make_critic(self.objective, cfg.train, self.model,
+                                                       self.compute_dtype)
+        self.trainer = PolicyTrainer(self.model, self.reference,
+                                     StepLoss(self.objective, critic), cfg.train,
+                                     temperature=cfg.rollout.temperature,
+                                     compute_dtype=self.compute_dtype)
         # The learner: this trainer, or (train.learner_processes > 1) the group of ranks
         # started in train(), where a checkpoint's learner state waits for it.
         self.learner: LocalLearner | LearnerGroup = LocalLearner(self.trainer)

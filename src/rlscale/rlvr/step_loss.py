@@ -27,19 +27,25 @@ from .token_math import top_entropy_mask
 @dataclass(frozen=True)
 class StepLoss:
     """The loss of one `Objective` as a trainer step uses it; `critic`: the value model of
-    an objective with `critic` set (PPO), None otherwise."""
+    an objective with `critic` set (PPO), None otherwise. A driver whose learner group's
+    ranks hold the critic keeps an objective with `critic` set and no Critic: it never
+    steps, and `prepare` refuses if it is asked to."""
 
     objective: Objective
     critic: Critic | None = None
 
     def __post_init__(self) -> None:
-        if self.objective.critic != (self.critic is not None):
-            raise ValueError("an objective with critic set needs a Critic, and only it")
+        if self.critic is not None and not self.objective.critic:
+            raise ValueError("a Critic was given to an objective without critic set")
 
     def prepare(self, batch: PolicyBatch) -> tuple[PolicyBatch, CriticTargets | None,
                                                     dict[str, float]]:
         """The batch the step trains on, before its update: with a critic, its rewards
         turned into per-token GAE advantages, with the critic's targets and figures."""
+        if self.objective.critic and self.critic is None:
+            raise ValueError("the objective learns a critic and this trainer holds none (a "
+                             "learner group's ranks hold it): step the group, not this trainer")
+
         if self.critic is None:
             return batch, None, {}
         o = self.objective
