@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..rlvr.emergence import checking
-from .measure import pass_at
+from .measure import held_out
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, BaseVariant, Context, TrainedArm
@@ -59,8 +59,7 @@ def arms(scale: str) -> list[Arm]:
 
 
 def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget) -> dict[str, float]:
-    result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts,
-                     samples=s.samples, ks=(1,))
+    result = held_out(path, cfg, seed=seed, budget=s)
     return {**checking(result).as_dict(), "pass@1": result.pass_at[1]}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from .measure import pass_at
+from .measure import held_out
 from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
@@ -60,8 +60,7 @@ def measure_reuse_arms(ctx: Context, trained: dict[str, list[TrainedArm]], *,
                      "curves": {k: [] for k in curves}, "steps": {}}
         for run in trained[name]:
             rows = run.metrics()
-            result = pass_at(run.final, run.config(), split="test", seed=run.seed,
-                             prompts=s.prompts, samples=s.samples, ks=(1,))
+            result = held_out(run.final, run.config(), seed=run.seed, budget=s)
             arm["pass@1"].append(result.pass_at[1])
             for key in curves:
                 steps, values = series(rows, key)

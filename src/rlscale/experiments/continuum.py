@@ -29,7 +29,7 @@ from ..config import load_config
 from ..rlvr.config import RLVRConfig
 from ..rlvr.model import count_parameters, load_model
 from ..runtime import checkpoint as ckpt
-from .measure import by_level, pass_at, run_task
+from .measure import by_level, held_out, run_task
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import (
@@ -163,8 +163,7 @@ def figures(path: Path, cfg: RLVRConfig, seed: int, s: Settings) -> dict[str, fl
     """pass@1 on test and ood, and on test's longest chains (`hard`)."""
     out: dict[str, float] = {}
     for split in SPLITS:
-        r = pass_at(path, cfg, split=split, seed=seed, prompts=s.prompts, samples=s.samples,
-                    ks=(1,))
+        r = held_out(path, cfg, seed=seed, budget=s, split=split)
         out[split] = r.pass_at[1]
         if split == "test":
             levels = by_level(r.details, "accuracy")

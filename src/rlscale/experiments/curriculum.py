@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import by_level, pass_at
+from .measure import by_level, held_out
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
@@ -63,8 +63,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
                      "zero_curve": [], "weights": [], "seconds_per_step": []}
         for run in trained[name]:
             rows = run.metrics()
-            result = pass_at(run.final, run.config(), split="test", seed=run.seed,
-                             prompts=s.prompts, samples=s.samples, ks=(1,))
+            result = held_out(run.final, run.config(), seed=run.seed, budget=s)
             arm["pass@1"].append(result.pass_at[1])
             arm["by_level"].append(by_level(result.details, "accuracy"))
             arm["zero_advantage_share"].append(mean_of(rows, ZERO))

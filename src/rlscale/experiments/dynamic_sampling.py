@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import pass_at
+from .measure import curve_start, held_out
 from .plots import band, pass1_curves, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
@@ -90,9 +90,7 @@ def interpolate(x: float, xs: list[float], ys: list[float]) -> float:
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
     first = trained["off"][0].config()
-    base_pass1 = pass_at(ctx.base, first, split="test", seed=first.eval.seed,
-                         prompts=first.eval.prompts, samples=first.eval.samples,
-                         ks=(1,)).pass_at[1]
+    base_pass1 = curve_start(ctx.base, first)
     out: dict[str, dict] = {}
     for name in ARMS:
         arm: dict = {"pass@1": [], "curves": [], "tokens_per_step": [], "dropped_share": [],
@@ -100,8 +98,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
                      "dropped_curve": [], "steps": []}
         for run in trained[name]:
             rows = run.metrics()
-            result = pass_at(run.final, run.config(), split="test", seed=run.seed,
-                             prompts=s.prompts, samples=s.samples, ks=(1,))
+            result = held_out(run.final, run.config(), seed=run.seed, budget=s)
             arm["pass@1"].append(result.pass_at[1])
             arm["curves"].append(eval_curve(rows, base_pass1))
             arm["tokens_per_step"].append(mean_of(rows, TOKENS))

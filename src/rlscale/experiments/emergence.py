@@ -27,7 +27,7 @@ from pathlib import Path
 from ..rlvr.emergence import by_terms, line_use, over_terms
 from ..rlvr.model import load_model
 from ..rlvr.tasks import examples
-from .measure import pass_at, run_task
+from .measure import held_out, run_task
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, BaseVariant, Context, TrainedArm, series
@@ -96,8 +96,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
             cfg = run.config()
             task = run_task(cfg)
             for stage, path in (("before", run.base), ("after", run.final)):
-                result = pass_at(path, cfg, split="test", seed=run.seed, prompts=s.prompts,
-                                 samples=s.samples, ks=(1,))
+                result = held_out(path, cfg, seed=run.seed, budget=s)
                 arm[stage].append({str(k): v for k, v in by_terms(task, result).items()})
             rows = run.metrics()
             arm["lines_curve"].append(series(rows, "behaviour/intermediate")[1])

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..rlvr.model import load_model, save_model
-from .measure import forking, pass_at, run_task
+from .measure import forking, held_out, run_task
 from .plots import bars, grouped_bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, SFTArm, TrainedArm
@@ -107,9 +107,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
                                          ctx.out / "arms" / f"random_s{full.seed}", full.seed)
             else:
                 model = next(r for r in trained[name] if r.seed == full.seed).final
-            arm["pass@1"].append(pass_at(model, cfg, split="test", seed=full.seed,
-                                         prompts=s.prompts, samples=s.samples,
-                                         ks=(1,)).pass_at[1])
+            arm["pass@1"].append(held_out(model, cfg, seed=full.seed, budget=s).pass_at[1])
             f = _forking(model, ctx, cfg, full.seed, s)
             for key in MEASURED:
                 arm[key].append(asdict(f)[key])

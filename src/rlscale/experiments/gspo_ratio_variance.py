@@ -32,7 +32,7 @@ import torch
 from ..rlvr import objectives, token_math
 from ..rlvr.advantages import group_advantages
 from ..rlvr.model import load_model
-from .measure import pass_at, policy_batch, policy_trainer, rollout_source
+from .measure import held_out, policy_batch, policy_trainer, rollout_source
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, arm_config, mean_of, series
@@ -96,8 +96,7 @@ def training_figures(run: TrainedArm, s: Settings) -> dict[str, float]:
             "clip_frac_short": mean_of(rows, "clip/frac_short") or 0.0,
             "clip_frac_long": mean_of(rows, "clip/frac_long") or 0.0,
             "kl_mean": sum(kl) / len(kl) if kl else 0.0, "kl_max": max(kl, default=0.0),
-            "pass@1": pass_at(run.final, run.config(), split="test", seed=run.seed,
-                              prompts=s.prompts, samples=s.samples, ks=(1,)).pass_at[1]}
+            "pass@1": held_out(run.final, run.config(), seed=run.seed, budget=s).pass_at[1]}
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .measure import drift, pass_at, run_task
+from .measure import drift, held_out, run_task
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, series
@@ -44,8 +44,7 @@ def arms(scale: str) -> list[Arm]:
 
 def _final_figures(path: Path, reference: Path, cfg, seed: int,
                    s: HeldOutBudget) -> dict[str, float]:
-    result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
-                     ks=(1,))
+    result = held_out(path, cfg, seed=seed, budget=s)
     d = drift(path, reference, run_task(cfg), split="test", seed=seed, prompts=s.prompts,
               samples=s.samples, max_new_tokens=cfg.rollout.max_new_tokens,
               temperature=cfg.rollout.temperature)

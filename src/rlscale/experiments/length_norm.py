@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .measure import measure_curve_arms, pass_at
+from .measure import held_out, measure_curve_arms
 from .plots import band, grouped_bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm
@@ -52,8 +52,7 @@ def arms(scale: str) -> list[Arm]:
 def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict[str, float]:
     """Held-out pass@1 and completion lengths; a side with no completion (none right, or none
     wrong) takes the overall mean length, so that its gap is 0 rather than undefined."""
-    result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
-                     ks=(1,))
+    result = held_out(path, cfg, seed=seed, budget=s)
     d = result.details
     return {"pass@1": result.pass_at[1], "mean_length": result.mean_length,
             "right_length": d.get("length/right_mean", result.mean_length),

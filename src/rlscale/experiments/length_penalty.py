@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .measure import by_level, measure_curve_arms, pass_at
+from .measure import by_level, held_out, measure_curve_arms
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm
@@ -69,8 +69,7 @@ def arms(scale: str) -> list[Arm]:
 
 
 def final_figures(path: Path, cfg, seed: int, s: CurveBudget) -> dict:
-    result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
-                     ks=(1,))
+    result = held_out(path, cfg, seed=seed, budget=s)
     return {"pass@1": result.pass_at[1], "mean_length": result.mean_length,
             "accuracy": by_level(result.details, "accuracy"),
             "length": by_level(result.details, "mean_length")}

@@ -38,7 +38,7 @@ from ..rlvr.tool_turns import RunnerToolTurns
 from ..rlvr.trainer import PolicyTrainer
 from ..runtime.device import resolve_compute_dtype
 from .setup import Context, TrainedArm, windowed_curves
-from .spec import CurveBudget, Numbers
+from .spec import CurveBudget, HeldOutBudget, Numbers
 from .stats import by_seed
 
 
@@ -61,6 +61,22 @@ def pass_at(model_path: Path, cfg: RLVRConfig, *, split: str, seed: int, prompts
                         prompts=prompts, samples=samples, ks=ks,
                         max_new_tokens=cfg.rollout.max_new_tokens,
                         temperature=cfg.eval.temperature, tools=turns)
+
+
+def held_out(model_path: Path, cfg: RLVRConfig, *, seed: int, budget: HeldOutBudget,
+             split: str = "test", tools: bool = True) -> EvalResult:
+    """pass@1 of a model on `budget`'s held-out prompts x samples of `split`, drawn with
+    `seed` (a seed's models are measured on the same prompts, so arms pair by seed)."""
+    return pass_at(model_path, cfg, split=split, seed=seed, prompts=budget.prompts,
+                   samples=budget.samples, ks=(1,), tools=tools)
+
+
+def curve_start(model_path: Path, cfg: RLVRConfig) -> float:
+    """pass@1 on the prompts a run of `cfg` evaluates during training (`eval.*`): the
+    point at step 0 of its training curve, for the model it starts from."""
+    e = cfg.eval
+    return pass_at(model_path, cfg, split="test", seed=e.seed, prompts=e.prompts,
+                   samples=e.samples, ks=(1,)).pass_at[1]
 
 
 def by_level(details: dict[str, float], name: str) -> dict[str, float]:

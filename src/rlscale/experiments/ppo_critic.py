@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import pass_at
+from .measure import curve_start, held_out
 from .plots import band, pass1_curves, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
@@ -96,18 +96,15 @@ def _eval_curve(rows: list[dict], base_pass1: float) -> dict[str, list[float]]:
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
     first = trained["grpo"][0].config()
-    base_pass1 = pass_at(ctx.base, first, split="test", seed=first.eval.seed,
-                         prompts=first.eval.prompts, samples=first.eval.samples,
-                         ks=(1,)).pass_at[1]
+    base_pass1 = curve_start(ctx.base, first)
     out: dict[str, dict] = {}
     for name in ARMS:
         arm: dict = {"pass@1": [], "curves": [], "seconds_per_step": [], "state_gib": [],
                      **{f"value_error_{t}": [] for t in THIRDS}, "explained_variance": []}
         for run in trained[name]:
             rows = run.metrics()
-            arm["pass@1"].append(pass_at(run.final, run.config(), split="test", seed=run.seed,
-                                         prompts=s.prompts, samples=s.samples,
-                                         ks=(1,)).pass_at[1])
+            arm["pass@1"].append(held_out(run.final, run.config(), seed=run.seed,
+                                          budget=s).pass_at[1])
             arm["curves"].append(_eval_curve(rows, base_pass1))
             arm["seconds_per_step"].append(mean_of(rows, "time/step_s"))
             arm["state_gib"].append(learner_parameters(run) * STATE_BYTES_PER_PARAMETER / 2**30)

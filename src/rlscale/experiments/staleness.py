@@ -40,7 +40,7 @@ from ..simulator import (
     Workload,
     simulate,
 )
-from .measure import pass_at
+from .measure import held_out
 from .plots import band, bars, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, Context, TrainedArm, mean_of, series
@@ -195,8 +195,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
         arm: dict[str, Any] = {"pass@1": [], "figures": [], "curves": {k: [] for k in CURVES},
                                "steps": {}}
         for run in runs:
-            result = pass_at(run.final, run.config(), split="test", seed=run.seed,
-                             prompts=s.prompts, samples=s.samples, ks=(1,))
+            result = held_out(run.final, run.config(), seed=run.seed, budget=s)
             arm["pass@1"].append(result.pass_at[1])
             arm["figures"].append(arm_figures(run, s))
             rows = run.metrics()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .measure import by_level, pass_at
+from .measure import by_level, held_out
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Arm, BaseVariant, Context, TrainedArm, series
@@ -54,8 +54,7 @@ def arms(scale: str) -> list[Arm]:
 
 
 def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget, *, tools: bool) -> dict:
-    result = pass_at(path, cfg, split="test", seed=seed, prompts=s.prompts, samples=s.samples,
-                     ks=(1,), tools=tools)
+    result = held_out(path, cfg, seed=seed, budget=s, tools=tools)
     return {"pass@1": result.pass_at[1],
             "accuracy": by_level(result.details, "accuracy"),
             "share": by_level(result.details, "share"),
