@@ -21,6 +21,7 @@ NAMES = (
     "staleness", "continuum", "ppo_critic", "curriculum", "emergence", "checking",
     "zero_value_target", "zero_prior", "grpo_vs_zero",
     "grpo_vs_zero_connect4", "zero_compute", "zero_elo", "selfplay_cycles",
+    "go_switches",
 )
 
 
