@@ -65,13 +65,13 @@ SETUP = ("The 9x9 recipe (configs/zero/go9_grow.yaml: 2 blocks x 48 channels, Gu
          "48 iterations of 128 games from a random network, and the same with one switch off: "
          "no ownership head, no global pooling (48 iterations each), no playout caps (21 "
          "iterations: the recipe's self-play simulations). Each arm's final network plays the "
-         "recipe's of the same seed, 40 games at 32 simulations a side, colours alternating "
+         "recipe's of the same seed, 100 games at 32 simulations a side, colours alternating "
          "from shared 2-ply random openings; the effect is the recipe's score minus 50%.")
 SETTINGS = {
     # global pooling needs 2 blocks: the quick network is zero_compute's, one block deeper
     "quick": Settings(iterations=1, games=2, simulations=2,
                       overrides=(*QUICK_NETWORK, "network.blocks=2", *QUICK_SELFPLAY)),
-    "full": Settings(iterations=48, games=40, simulations=32, overrides=()),
+    "full": Settings(iterations=48, games=100, simulations=32, overrides=()),
 }
 
 
@@ -173,7 +173,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 
 # minutes: estimated, not yet measured at full budget: four runs of ~12-15 minutes at one
-# thread (the 2x48 network's first 48 iterations) and three 40-game matches
+# thread (the 2x48 network's first 48 iterations) and three 100-game matches (~5 min)
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
                         measure=measure, analyse=analyse, plot=plot, minutes_per_seed=60,
                         needs_base=False)
