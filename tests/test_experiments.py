@@ -418,9 +418,25 @@ def checking_numbers(gain, jitter=JITTER):
                 "pass@1": 0.3 + gain / 4 + shift, "true_alarms": 10, "missed_slips": 40,
                 "false_alarms": 5, "corrected": 8, "wrong_steps": 90, "checks": 200}
 
+    never = {**model(0.0, 0.0, 0.0), "alarm_rate": 0.0, "checked_share": 0.0, "checks": 0}
     return {"seeds": SEEDS, "steps": 10, "prompts": 10, "samples": 2,
             "models": {"before": [model(0.2, 0.1, 0.0)] * 3,
-                       "after": [model(0.2 + gain, 0.1 + gain / 2, j) for j in jitter]}}
+                       "after": [model(0.2 + gain, 0.1 + gain / 2, j) for j in jitter],
+                       "control before": [{**never, "pass@1": 0.3}] * 3,
+                       "control after": [{**never, "pass@1": 0.3 + j} for j in jitter]}}
+
+
+def test_checking_reports_its_never_checking_control_when_measured():
+    effect = "pass@1 after GRPO: checking base - never-checking base"
+    analysis = checking.analyse(checking_numbers(0.3))
+    control = next(e for e in analysis.effects if e.name == effect)
+    assert not control.primary and control.estimate.mean == pytest.approx(0.3 / 4)
+    assert [r[0] for r in analysis.table.rows] == list(checking.STAGES)
+    older = checking_numbers(0.3)  # a result saved before the control existed
+    older["models"] = {k: v for k, v in older["models"].items() if not k.startswith("control")}
+    analysis = checking.analyse(older)
+    assert effect not in [e.name for e in analysis.effects]
+    assert [r[0] for r in analysis.table.rows] == ["before", "after"]
 
 
 def length_norm_numbers(wrong, jitter=JITTER):

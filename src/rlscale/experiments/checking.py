@@ -16,6 +16,10 @@ GRPO from that base with outcome reward only (the reasoning recipe, no KL term);
 after on the same held-out prompts: the true-alarm rate (the share of checked wrong steps
 the check flags), the false-alarm rate, the share of all wrong steps a redo fixed, the
 share of steps checked, and pass@1.
+
+The control: the same GRPO from a base whose demonstrations never check (every trace worked
+one operation a line, the same slips, none caught). If checking pays, GRPO from the checking
+base ends with the higher pass@1.
 """
 
 from __future__ import annotations
@@ -39,23 +43,28 @@ CLAIM = ("RL from outcome reward teaches a model to check its own steps when its
 STEP_ERROR = 0.3   # the demonstrator's slips: a check says `no` to 30% of the steps shown
 BASE = BaseVariant("checking", (("step_error", STEP_ERROR),
                                 ("strategies", {"careful": 0.5, "plain": 0.5})))
+CONTROL = BaseVariant("checking-never", (("step_error", STEP_ERROR),
+                                         ("strategies", {"plain": 1.0})))
 SETUP = ("An SFT base of its own (configs/rlvr/reasoning_sft.yaml with demonstrations "
          "half checked step by step, half worked without checks, the demonstrator slipping "
          f"on {STEP_ERROR:.0%} of its steps, each slip flagged by its check and redone); GRPO "
          "from it with outcome reward only (configs/rlvr/reasoning.yaml, no KL term). Before "
          "and after on the same held-out prompts: the true-alarm rate of the model's checks "
          "on its own wrong steps, the false-alarm rate, the share of wrong steps a redo "
-         "fixed, pass@1.")
+         "fixed, pass@1. Control: the same GRPO from a base whose demonstrations never "
+         "check (the same slips, none caught); pass@1 after GRPO against the checking arm's.")
 SETTINGS = {"quick": HeldOutBudget(steps=4, prompts=32, samples=2),
             "full": HeldOutBudget(steps=200, prompts=300, samples=2)}
 MIN_ALARM_GAIN = 0.20      # the issue's target: true alarms up by >= 20 points
 MIN_CORRECTED_GAIN = 0.05  # the share of slips fixed: a change a reader would notice
+STAGES = ("before", "after", "control before", "control after")  # control: never checks
 FIGURES = ("alarm_rate", "false_alarm_rate", "corrected_share", "checked_share",
            "wrong_step_share", "pass@1")
 
 
 def arms(scale: str) -> list[Arm]:
-    return [Arm("grpo", (f"train.steps={SETTINGS[scale].steps}",), base=BASE)]
+    steps = (f"train.steps={SETTINGS[scale].steps}",)
+    return [Arm("grpo", steps, base=BASE), Arm("grpo_never_checks", steps, base=CONTROL)]
 
 
 def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget) -> dict[str, float]:
@@ -65,11 +74,15 @@ def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget) -> dict[str, flo
 
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    models: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    models: dict[str, list[dict[str, float]]] = {stage: [] for stage in STAGES}
     for run in trained["grpo"]:
         cfg = run.config()
         models["before"].append(model_figures(run.base, cfg, run.seed, s))
         models["after"].append(model_figures(run.final, cfg, run.seed, s))
+    for run in trained["grpo_never_checks"]:
+        cfg = run.config()
+        models["control before"].append(model_figures(run.base, cfg, run.seed, s))
+        models["control after"].append(model_figures(run.final, cfg, run.seed, s))
     return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
             "samples": s.samples, "models": models}
 
@@ -93,14 +106,20 @@ def analyse(numbers: Numbers) -> Analysis:
         Effect("share of steps checked: after - before", change("checked_share"),
                expected_sign=+1, primary=False, min_effect=0.10),
     ]
+    stages = [stage for stage in STAGES if numbers["models"].get(stage)]  # older: no control
+    if "control after" in stages:  # does checking pay? (reported: added with the control)
+        effects.append(Effect(
+            "pass@1 after GRPO: checking base - never-checking base",
+            paired(_figure(numbers, "control after", "pass@1"),
+                   _figure(numbers, "after", "pass@1")),
+            expected_sign=+1, primary=False, min_effect=0.02))
     names = ("true-alarm rate", "false-alarm rate", "wrong steps fixed", "steps checked",
              "wrong steps", "pass@1")
-    rows = [[stage, *(cell(_figure(numbers, stage, f)) for f in FIGURES)]
-            for stage in ("before", "after")]
+    rows = [[stage, *(cell(_figure(numbers, stage, f)) for f in FIGURES)] for stage in stages]
     counts = {stage: {key: sum(_figure(numbers, stage, key))
                       for key in ("true_alarms", "missed_slips", "false_alarms", "corrected",
                                   "wrong_steps", "checks")}
-              for stage in ("before", "after")}
+              for stage in stages}
     notes = [f"Held-out `test`, {numbers['prompts']} prompts x {numbers['samples']} samples "
              "per model and seed, temperature 1, every completion's lines read with the "
              "task's grammar. Summed over seeds: " + "; ".join(
@@ -128,7 +147,8 @@ def plot(numbers: Numbers, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-# minutes: one arm of 200 GRPO steps (~5 min at one thread) and two evaluations of 600
-# completions; the base (~7 min) is built once, not per seed (an estimate before the run)
+# minutes: measured ~8 a seed with one arm (200 GRPO steps, ~5 min at one thread, and two
+# evaluations of 600 completions); the control doubles it (an estimate before its run). The
+# two bases (~7 min each) are built once, not per seed.
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=8)
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=16)
