@@ -58,6 +58,9 @@ SETTINGS = {"quick": HeldOutBudget(steps=4, prompts=32, samples=2),
 MIN_ALARM_GAIN = 0.20      # the target: true alarms up by >= 20 points
 MIN_CORRECTED_GAIN = 0.05  # the share of slips fixed: a change a reader would notice
 STAGES = ("before", "after", "control before", "control after")  # control: never checks
+STAGE_LABELS = {"before": "before RL", "after": "after RL",
+                "control before": "never checks, before RL",
+                "control after": "never checks, after RL"}
 FIGURES = ("alarm_rate", "false_alarm_rate", "corrected_share", "checked_share",
            "wrong_step_share", "pass@1")
 
@@ -132,16 +135,17 @@ def analyse(numbers: Numbers) -> Analysis:
 
 def plot(numbers: Numbers, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    names = ("alarm_rate", "false_alarm_rate", "corrected_share", "checked_share")
-    labels = ("true alarms", "false alarms", "slips fixed", "steps checked")
-    width = 0.38
-    for i, stage in enumerate(("before", "after")):
+    names = ("alarm_rate", "false_alarm_rate", "corrected_share", "checked_share", "pass@1")
+    labels = ("true alarms", "false alarms", "slips fixed", "steps checked", "pass@1")
+    stages = [stage for stage in STAGES if numbers["models"].get(stage)]
+    width = 0.8 / len(stages)
+    for i, stage in enumerate(stages):
         means = [sum(_figure(numbers, stage, n)) / len(numbers["models"][stage])
                  for n in names]
-        ax.bar([x + (i - 0.5) * width for x in range(len(names))], means, width,
-               label=f"{stage} RL")
+        ax.bar([x + (i - (len(stages) - 1) / 2) * width for x in range(len(names))], means,
+               width, label=STAGE_LABELS[stage])
     ax.set_xticks(range(len(names)), labels)
-    ax.set_title("the model's checks on its own steps (mean over seeds)")
+    ax.set_title("the model's checks on its own steps, and pass@1 (mean over seeds)")
     ax.set_ylabel("share")
     tidy(ax)
     return save_figure(fig, out)
