@@ -267,6 +267,8 @@ def test_two_learner_processes_killed_mid_run_resume_exactly(unbroken_run, tiny_
     assert relative_gap(final_weights(tmp_path / "run"), final_weights(unbroken_run)) < 1e-5
 
 
+# slow (~50 s): the launch path only; the group's arithmetic is covered by the Ray tests above
+@pytest.mark.slow
 def test_torchrun_starts_the_learner_ranks_and_rank_0_runs_the_loop(unbroken_run,
                                                                     tiny_model_dir, tmp_path):
     import os
