@@ -58,6 +58,8 @@ SETTINGS = {"quick": HeldOutBudget(steps=4, prompts=32, samples=2),
 MIN_ALARM_GAIN = 0.20      # the target: true alarms up by >= 20 points
 MIN_CORRECTED_GAIN = 0.05  # the share of slips fixed: a change a reader would notice
 STAGES = ("before", "after", "control before", "control after")  # control: never checks
+ARM_STAGES = {"grpo": ("before", "after"),  # each arm's base and final model
+              "grpo_never_checks": ("control before", "control after")}
 STAGE_LABELS = {"before": "before RL", "after": "after RL",
                 "control before": "never checks, before RL",
                 "control after": "never checks, after RL"}
@@ -78,14 +80,11 @@ def model_figures(path: Path, cfg, seed: int, s: HeldOutBudget) -> dict[str, flo
 def measure(ctx: Context, trained: dict[str, list[TrainedArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
     models: dict[str, list[dict[str, float]]] = {stage: [] for stage in STAGES}
-    for run in trained["grpo"]:
-        cfg = run.config()
-        models["before"].append(model_figures(run.base, cfg, run.seed, s))
-        models["after"].append(model_figures(run.final, cfg, run.seed, s))
-    for run in trained["grpo_never_checks"]:
-        cfg = run.config()
-        models["control before"].append(model_figures(run.base, cfg, run.seed, s))
-        models["control after"].append(model_figures(run.final, cfg, run.seed, s))
+    for label, (before, after) in ARM_STAGES.items():
+        for run in trained[label]:
+            cfg = run.config()
+            models[before].append(model_figures(run.base, cfg, run.seed, s))
+            models[after].append(model_figures(run.final, cfg, run.seed, s))
     return {"seeds": list(ctx.seeds), "steps": s.steps, "prompts": s.prompts,
             "samples": s.samples, "models": models}
 
