@@ -209,7 +209,8 @@ def unbroken_run(tiny_model_dir, tmp_path_factory):
     return tmp_path / "one"
 
 
-@pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
+# 1 -> 2 is slow-marked (~20 s): the PPO test below resumes 2 -> 1 -> 2 in the default run
+@pytest.mark.parametrize("first,then", [(2, 1), pytest.param(1, 2, marks=pytest.mark.slow)])
 def test_a_run_resumes_with_another_number_of_learner_processes(first, then, unbroken_run,
                                                                 tiny_model_dir, tmp_path):
     config = run_config(tmp_path, tiny_model_dir, "run", first, steps=3)
@@ -237,7 +238,12 @@ def test_ppo_resumes_its_critic_from_2_processes_to_1_and_back(unbroken_ppo_run,
     train(config)
     train(config, "train.learner_processes=1", "train.steps=4", "--resume")
     train(config, "train.learner_processes=2", f"train.steps={RUN_STEPS}", "--resume")
-    assert relative_gap(final_weights(tmp_path / "run"), final_weights(unbroken_ppo_run)) < 1e-5
+    # fp32 with a critic: 1.05e-5 apart on an AVX-512 Xeon (2026-12-06), where the run moved
+    # the weights 0.18 from the start (asserted > 1e-2 below: a resume that loses the run's
+    # state lands nowhere near)
+    final = final_weights(tmp_path / "run")
+    assert relative_gap(final, final_weights(unbroken_ppo_run)) < 5e-5
+    assert relative_gap(final, load_model(tiny_model_dir, "float32")[0].state_dict()) > 1e-2
 
 
 @pytest.mark.slow

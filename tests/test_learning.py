@@ -66,7 +66,7 @@ REASONING_TASK = {"name": "long_arithmetic", "options": REASONING_OPTIONS}
 
 @pytest.fixture(scope="module")
 def reasoning_base(tmp_path_factory):
-    """The SFT base both reasoning learning tests start from (~50 s on 2 cores)."""
+    """The SFT base the reasoning learning tests start from (~50 s on 2 cores)."""
     root = tmp_path_factory.mktemp("reasoning")
     with every_core():
         return sft(build_config(SFTConfig, {
@@ -109,6 +109,9 @@ def test_grpo_on_reasoning_traces_raises_pass1_with_margin(reasoning_base, tmp_p
     assert a >= b + 0.05, f"pass@1 {b:.3f} -> {a:.3f}"
 
 
+# slow (~100 s on 2 cores): the critic's own learning stays in the default run
+# (tests/test_critic.py, the fleet's PPO run in tests/test_fleet.py)
+@pytest.mark.slow
 def test_ppo_with_a_learned_critic_on_reasoning_traces_raises_pass1(reasoning_base, tmp_path,
                                                                    all_cores):
     """PPO (objective ppo): one completion per prompt, its baseline a value model trained

