@@ -1067,3 +1067,15 @@ def test_every_primary_effect_states_its_minimum():
     for name, (module, cases) in SYNTHETIC.items():
         for effect in module.analyse(cases["supports"]).effects:
             assert not effect.primary or effect.min_effect > 0, (name, effect.name)
+
+
+def test_only_experiments_with_an_arm_on_the_shared_base_build_it():
+    from rlscale.experiments.registry import EXPERIMENTS
+    from rlscale.experiments.runner import uses_shared_base
+
+    def uses(name):
+        return uses_shared_base(EXPERIMENTS[name], EXPERIMENTS[name].arms("quick"))
+
+    assert uses("clipping") and uses("tool_use")  # tool_use's plain arm starts from OUT/base
+    assert not uses("checking") and not uses("emergence")  # every arm has a base of its own
+    assert not uses("zero_elo")

@@ -25,7 +25,7 @@ from .record import (
     save_result,
 )
 from .registry import EXPERIMENTS
-from .setup import SCALES, Context, base_model, is_finished, train_arms
+from .setup import SCALES, Arm, Context, base_model, is_finished, train_arms
 from .spec import Experiment
 
 DEFAULT_OUT = {"full": Path("runs/experiments"), "quick": Path("runs/experiments-quick")}
@@ -71,6 +71,13 @@ def arms_compute_dtype(trained: dict) -> str:
     return ", ".join(sorted(dtypes))
 
 
+def uses_shared_base(experiment: Experiment, arms: list) -> bool:
+    """Whether an experiment needs OUT/base: an RLVR one does unless every arm trains from a
+    base of its own (a `BaseVariant`), e.g. checking's two bases."""
+    return experiment.needs_base and not all(isinstance(arm, Arm) and arm.base is not None
+                                             for arm in arms)
+
+
 def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
                    out: Path | None = None, base: Path | None = None, overwrite: bool = False,
                    progress: bool = True) -> ExperimentResult:
@@ -86,14 +93,14 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     if base is not None and not (Path(base) / "config.json").is_file():
         raise ValueError(f"--base {base} is not a model folder (no config.json)")
     start = time.perf_counter()
-    if not experiment.needs_base:
+    arms = experiment.arms(scale.name)
+    if not uses_shared_base(experiment, arms):
         base_path = None
     else:
         base_path = Path(base) if base is not None else base_model(root, scale, progress=progress)
     ctx = Context(out=root / name, scale=scale, seeds=tuple(range(n_seeds)), base=base_path,
                   overwrite=overwrite, progress=progress)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    arms = experiment.arms(scale.name)
     reused = 0 if overwrite else sum(is_finished(ctx, arm.label, seed)
                                      for seed in ctx.seeds for arm in arms)
     trained = train_arms(ctx, arms)
