@@ -1078,4 +1078,33 @@ def test_only_experiments_with_an_arm_on_the_shared_base_build_it():
 
     assert uses("clipping") and uses("tool_use")  # tool_use's plain arm starts from OUT/base
     assert not uses("checking") and not uses("emergence")  # every arm has a base of its own
+    assert uses("baseline_variance")  # no arms: it measures the base itself
     assert not uses("zero_elo")
+
+
+def test_arms_trained_at_once_are_the_runs_trained_one_at_a_time(experiments_root, monkeypatch):
+    """--jobs 2: checking's two arms, each from a base of its own (built first, here), train
+    in two worker processes and end at the weights one process reaches. (Not tool_use: the
+    calculator's answers return while other rows decode, so a tool run is not bit-exact.)"""
+    from safetensors.torch import load_file
+
+    from rlscale.experiments.parallel import train_arms_at_once
+    from rlscale.experiments.setup import train_arms
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' threads, and this process's
+    torch.set_num_threads(1)
+    arms = checking.arms("quick")
+    # beside the quick runs: the bases checking's quick run built are reused
+    contexts = [Context(out=experiments_root / f"checking-{name}", scale=QUICK, seeds=(0,),
+                        base=experiments_root / "base" / "model", progress=False)
+                for name in ("serial", "parallel")]
+    serial = train_arms(contexts[0], arms)
+    parallel = train_arms_at_once(contexts[1], arms, jobs=2)
+    assert list(parallel) == [arm.label for arm in arms]
+    for label in parallel:
+        (one,), (other,) = serial[label], parallel[label]
+        assert other.run_dir.is_relative_to(contexts[1].out) and other.seed == 0
+        a, b = (load_file(run.final / "model.safetensors") for run in (one, other))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), label
+    with pytest.raises(ValueError, match="--jobs must be at least 1"):
+        train_arms_at_once(contexts[1], arms, jobs=0)

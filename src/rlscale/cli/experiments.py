@@ -40,6 +40,9 @@ def run_command(
     overwrite: Annotated[bool, typer.Option(
         help="retrain the arms instead of reusing finished ones (the base stays: delete "
              "OUT/base to rebuild it)")] = False,
+    jobs: Annotated[int, typer.Option(
+        help="(arm, seed) runs trained at once, each in a process of its own with cores / "
+             "jobs threads unless OMP_NUM_THREADS is set; the same runs as one at a time")] = 1,
 ) -> None:
     """Train the arms, measure, analyse, plot; the result lands in OUT/NAME/result.json."""
     from ..experiments.registry import EXPERIMENTS
@@ -53,7 +56,7 @@ def run_command(
         for chosen in names:
             try:
                 result = run_experiment(chosen, quick=quick, seeds=seeds, out=out, base=base,
-                                        overwrite=overwrite)
+                                        overwrite=overwrite, jobs=jobs)
             except KeyboardInterrupt:
                 fail("interrupted; the same command continues: finished arms are reused, the "
                      "interrupted one resumes from its last checkpoint", INTERRUPTED_STATUS)

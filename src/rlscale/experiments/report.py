@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .record import ExperimentResult, Table, load_result
 from .registry import EXPERIMENTS
+from .runner import uses_shared_base
 from .setup import FULL, QUICK, SFTArm
 from .spec import Experiment
 from .verdict import ALPHA, POWER, Effect, could_show, describe, power_statement
@@ -55,6 +56,7 @@ inconclusive verdict is no evidence that the effect is absent.
 rlscale experiments list                    # the experiments and their claims
 rlscale experiments run NAME                # full budget, {seeds} seeds
 rlscale experiments run NAME --quick        # CI-sized smoke run, 1 seed
+rlscale experiments run NAME --jobs 4       # 4 (arm, seed) runs at once, cores / 4 threads each
 rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
 rlscale experiments report                  # this file, from runs/experiments/*/result.json
 ```
@@ -116,7 +118,7 @@ def _base_minutes(experiment: Experiment) -> str:
     arms = experiment.arms("full")
     own = sorted({arm.base.name for arm in arms if getattr(arm, "base", None) is not None})
     costs = []
-    if not arms or any(getattr(arm, "base", None) is None for arm in arms):
+    if uses_shared_base(experiment, arms):
         costs.append("~7 min for the shared SFT base")
     if own:
         costs.append(f"~{8 * len(own)} min for its own SFT base{'s' if len(own) > 1 else ''} "

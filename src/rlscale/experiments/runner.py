@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..runtime.device import machine_summary
 from ..runtime.rundir import read_recorded_config
+from .parallel import train_arms_at_once
 from .record import (
     FIGURE_NAME,
     MEASUREMENTS_NAME,
@@ -25,7 +26,7 @@ from .record import (
     save_result,
 )
 from .registry import EXPERIMENTS
-from .setup import SCALES, Arm, Context, base_model, is_finished, train_arms
+from .setup import SCALES, Arm, Context, base_model, is_finished
 from .spec import Experiment
 
 DEFAULT_OUT = {"full": Path("runs/experiments"), "quick": Path("runs/experiments-quick")}
@@ -73,22 +74,26 @@ def arms_compute_dtype(trained: dict) -> str:
 
 def uses_shared_base(experiment: Experiment, arms: list) -> bool:
     """Whether an experiment needs OUT/base: an RLVR one does unless every arm trains from a
-    base of its own (a `BaseVariant`), e.g. checking's two bases."""
-    return experiment.needs_base and not all(isinstance(arm, Arm) and arm.base is not None
-                                             for arm in arms)
+    base of its own (a `BaseVariant`), e.g. checking's two bases; one without arms measures
+    the base itself (baseline_variance)."""
+    own_bases = all(isinstance(arm, Arm) and arm.base is not None for arm in arms)
+    return experiment.needs_base and (not arms or not own_bases)
 
 
 def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
                    out: Path | None = None, base: Path | None = None, overwrite: bool = False,
-                   progress: bool = True) -> ExperimentResult:
+                   progress: bool = True, jobs: int = 1) -> ExperimentResult:
     """Run experiment `name` in `out/name` (out: runs/experiments, or runs/experiments-quick
     with `quick`) and save its result there. `base`: an existing SFT base model of the same
-    task (e.g. runs/reasoning/base) instead of the one built in `out/base`."""
+    task (e.g. runs/reasoning/base) instead of the one built in `out/base`; `jobs`: runs
+    trained at once, each in a process of its own (experiments.parallel)."""
     experiment = get(name)
     scale = SCALES["quick" if quick else "full"]
     n_seeds = scale.seeds if seeds is None else seeds
     if n_seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
     root = Path(out) if out is not None else DEFAULT_OUT[scale.name]
     if base is not None and not (Path(base) / "config.json").is_file():
         raise ValueError(f"--base {base} is not a model folder (no config.json)")
@@ -103,7 +108,7 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     ctx.out.mkdir(parents=True, exist_ok=True)
     reused = 0 if overwrite else sum(is_finished(ctx, arm.label, seed)
                                      for seed in ctx.seeds for arm in arms)
-    trained = train_arms(ctx, arms)
+    trained = train_arms_at_once(ctx, arms, jobs)
     numbers = experiment.measure(ctx, trained)
     (ctx.out / MEASUREMENTS_NAME).write_text(json.dumps(numbers, indent=1) + "\n")
     analysis = experiment.analyse(numbers)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,24 +331,42 @@ def _not_reusable(run_dir: Path, exc: RunDirError) -> RunDirError:
                        "--overwrite to retrain the arms, or another --out")
 
 
-def train_arms(ctx: Context, arms: list[Arm | SFTArm] | list[ZeroArm],
-               on_arm: Callable[[Any], None] | None = None) -> dict[str, list[Any]]:
-    """Every arm with every seed (RLVR, SFT or Zero runs); by label, in seed order. Arms on
-    the fleets share one Ray session, opened by the first of them (~6 s a run saved here)."""
+def train_one(ctx: Context, arm: Arm | SFTArm | ZeroArm, seed: int, *,
+              fleets: contextlib.ExitStack | None = None) -> Any:
+    """One arm with one seed: an RLVR, SFT or Zero run."""
+    if isinstance(arm, ZeroArm):
+        return train_zero_arm(ctx, arm, seed)
+    if isinstance(arm, SFTArm):
+        return train_sft_arm(ctx, arm, seed)
+    return train_arm(ctx, arm, seed, fleets=fleets)
+
+
+def train_arms(ctx: Context, arms: list[Arm | SFTArm] | list[ZeroArm]) -> dict[str, list[Any]]:
+    """Every arm with every seed, one after another; by label, in seed order. Arms on the
+    fleets share one Ray session, opened by the first of them (~6 s a run saved here)."""
     trained: dict[str, list[Any]] = {}
     with contextlib.ExitStack() as fleets:
         for seed in ctx.seeds:
             for arm in arms:
-                if isinstance(arm, ZeroArm):
-                    done = train_zero_arm(ctx, arm, seed)
-                elif isinstance(arm, SFTArm):
-                    done = train_sft_arm(ctx, arm, seed)
-                else:
-                    done = train_arm(ctx, arm, seed, fleets=fleets)
-                trained.setdefault(arm.label, []).append(done)
-                if on_arm is not None:
-                    on_arm(done)
+                trained.setdefault(arm.label, []).append(train_one(ctx, arm, seed,
+                                                                   fleets=fleets))
     return trained
+
+
+def shared_inputs(ctx: Context, arms: list) -> None:
+    """Build what several arms read (their own SFT bases, fine-tuned teachers) now, so that
+    arms trained at once never build one twice."""
+    for arm in arms:
+        if isinstance(arm, Arm) and (arm.base is not None or arm.teacher is not None):
+            base = ctx.base if arm.base is None else base_model(
+                ctx.out.parent, ctx.scale, variant=arm.base, progress=ctx.progress)
+            if arm.teacher is not None:
+                fine_tuned(ctx.out.parent, base, ctx.scale, arm.teacher, progress=ctx.progress)
+
+
+def on_fleets(ctx: Context, arm: Any) -> bool:
+    """Whether `arm` trains on the asynchronous fleets (its own worker processes)."""
+    return isinstance(arm, Arm) and arm_config(ctx, arm, 0).runtime.mode != "sync"
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

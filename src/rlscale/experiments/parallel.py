@@ -1,0 +1,75 @@
+"""Arms trained at once: `rlscale experiments run NAME --jobs N` trains up to N (arm, seed)
+runs side by side, each in a worker process of its own, so an experiment of many arms can use
+a machine of many cores. Each run is the one `--jobs 1` trains: the same config, seed and
+run folder (a finished run is reused, a killed one resumes from its checkpoint).
+
+What several arms read is built first, here, one at a time (their own SFT bases, fine-tuned
+teachers), so two workers never build the same thing. Arms on the asynchronous fleets are
+trained here afterwards, one after another: their inference workers are processes of their
+own, and they share one Ray session.
+
+A worker gets `cores / N` threads unless OMP_NUM_THREADS says otherwise (a config's own
+`train.threads` still wins inside its run); it is spawned, not forked, so torch and Ray start
+clean in it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import replace
+from typing import Any
+
+from .setup import Context, on_fleets, shared_inputs, train_arms, train_one
+
+
+def worker_threads(jobs: int, cores: int | None = None) -> int:
+    """Threads for each of `jobs` workers on `cores` cores (at least one)."""
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
+def _start_worker(threads: int) -> None:
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[Any]]:
+    """Every arm with every seed, up to `jobs` runs at once; by label (in `arms`' order), in
+    seed order, as `train_arms` returns them. The first run that fails stops the others from
+    starting (those running finish: their folders are reused by the next command)."""
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    if jobs == 1:
+        return train_arms(ctx, arms)
+    shared_inputs(ctx, arms)
+    fleet_arms = [arm for arm in arms if on_fleets(ctx, arm)]
+    runs = [(arm, seed) for seed in ctx.seeds for arm in arms if arm not in fleet_arms]
+    quiet = replace(ctx, progress=False)
+    done: dict[tuple[str, int], Any] = {}
+    with ProcessPoolExecutor(min(jobs, len(runs) or 1),
+                             mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker,
+                             initargs=(worker_threads(jobs),)) as pool:
+        futures: dict[Future, tuple[str, int]] = {
+            pool.submit(train_one, quiet, arm, seed): (arm.label, seed) for arm, seed in runs}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise future.exception()
+                done[futures[future]] = future.result()
+                label, seed = futures[future]
+                if ctx.progress:
+                    print(f"arm {label}, seed {seed}: trained ({len(done)}/{len(runs)})",
+                          file=sys.stderr, flush=True)
+    for label, runs_ in train_arms(ctx, fleet_arms).items():
+        for run in runs_:
+            done[(label, run.seed)] = run
+    return {arm.label: [done[(arm.label, seed)] for seed in ctx.seeds] for arm in arms}
