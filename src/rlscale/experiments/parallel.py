@@ -17,7 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
@@ -58,14 +58,14 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
             pool.submit(train_one, quiet, arm, seed): (arm.label, seed) for arm, seed in runs}
         pending = set(futures)
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 if future.exception() is not None:
                     for other in pending:
                         other.cancel()
                     raise future.exception()
-                done[futures[future]] = future.result()
                 label, seed = futures[future]
+                done[(label, seed)] = future.result()
                 if ctx.progress:
                     print(f"arm {label}, seed {seed}: trained ({len(done)}/{len(runs)})",
                           file=sys.stderr, flush=True)
