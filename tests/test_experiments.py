@@ -1108,3 +1108,14 @@ def test_arms_trained_at_once_are_the_runs_trained_one_at_a_time(experiments_roo
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), label
     with pytest.raises(ValueError, match="--jobs must be at least 1"):
         train_arms_at_once(contexts[1], arms, jobs=0)
+
+
+def test_a_run_that_fails_among_runs_at_once_stops_the_experiment(tmp_path):
+    from rlscale.experiments.parallel import train_arms_at_once, worker_threads
+    from rlscale.experiments.setup import ZeroArm
+
+    ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0, 1), base=None, progress=False)
+    broken = ZeroArm("broken", "tictactoe.yaml", ("train.no_such_key=1",))
+    with pytest.raises(Exception, match="no_such_key"):
+        train_arms_at_once(ctx, [broken], jobs=2)
+    assert worker_threads(4, cores=16) == 4 and worker_threads(3, cores=2) == 1
