@@ -29,6 +29,11 @@ def worker_threads(jobs: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
+def check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+
+
 def _start_worker(threads: int) -> None:
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -41,8 +46,7 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
     """Every arm with every seed, up to `jobs` runs at once; by label (in `arms`' order), in
     seed order, as `train_arms` returns them. The first run that fails stops the others from
     starting (those running finish: their folders are reused by the next command)."""
-    if jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    check_jobs(jobs)
     if jobs == 1:
         return train_arms(ctx, arms)
     shared_inputs(ctx, arms)
@@ -63,9 +67,8 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
                 if future.exception() is not None:
                     for other in pending:
                         other.cancel()
-                    raise future.exception()
                 label, seed = futures[future]
-                done[(label, seed)] = future.result()
+                done[(label, seed)] = future.result()  # a run's error is raised here
                 if ctx.progress:
                     print(f"arm {label}, seed {seed}: trained ({len(done)}/{len(runs)})",
                           file=sys.stderr, flush=True)

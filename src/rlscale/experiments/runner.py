@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..runtime.device import machine_summary
 from ..runtime.rundir import read_recorded_config
-from .parallel import train_arms_at_once
+from .parallel import check_jobs, train_arms_at_once
 from .record import (
     FIGURE_NAME,
     MEASUREMENTS_NAME,
@@ -92,8 +92,7 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     n_seeds = scale.seeds if seeds is None else seeds
     if n_seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
-    if jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    check_jobs(jobs)  # before the base is built
     root = Path(out) if out is not None else DEFAULT_OUT[scale.name]
     if base is not None and not (Path(base) / "config.json").is_file():
         raise ValueError(f"--base {base} is not a model folder (no config.json)")

@@ -296,6 +296,15 @@ def arm_config(ctx: Context, arm: Arm, seed: int):
                        [f"model.path={ctx.base}", *recipe(ctx.scale, arm, seed)])
 
 
+def arm_inputs(ctx: Context, arm: Arm) -> tuple[Path, Path | None]:
+    """The base `arm` starts from and its teacher (None without one), built on first use."""
+    base = ctx.base if arm.base is None else base_model(ctx.out.parent, ctx.scale,
+                                                        variant=arm.base, progress=ctx.progress)
+    teacher = None if arm.teacher is None else fine_tuned(ctx.out.parent, base, ctx.scale,
+                                                          arm.teacher, progress=ctx.progress)
+    return base, teacher
+
+
 def train_arm(ctx: Context, arm: Arm, seed: int, *,
               fleets: contextlib.ExitStack | None = None) -> TrainedArm:
     """Train `arm` with `seed` through the library's loop (`rlvr.loop.train`). A finished
@@ -306,10 +315,8 @@ def train_arm(ctx: Context, arm: Arm, seed: int, *,
     from ..rlvr.loop import fleet_session, train
 
     run_dir = arm_run_dir(ctx, arm.label, seed)
-    base = ctx.base if arm.base is None else base_model(ctx.out.parent, ctx.scale,
-                                                        variant=arm.base, progress=ctx.progress)
-    teacher = () if arm.teacher is None else (
-        f"teacher.path={fine_tuned(ctx.out.parent, base, ctx.scale, arm.teacher, progress=ctx.progress)}",)
+    base, teacher_path = arm_inputs(ctx, arm)
+    teacher = () if teacher_path is None else (f"teacher.path={teacher_path}",)
     overrides = (f"model.path={base}", f"run_dir={run_dir}", *teacher,
                  *recipe(ctx.scale, arm, seed), f"progress={str(ctx.progress).lower()}")
     cfg = load_config(RLVRConfig, CONFIGS / RL_CONFIG, list(overrides))
@@ -357,11 +364,8 @@ def shared_inputs(ctx: Context, arms: list) -> None:
     """Build what several arms read (their own SFT bases, fine-tuned teachers) now, so that
     arms trained at once never build one twice."""
     for arm in arms:
-        if isinstance(arm, Arm) and (arm.base is not None or arm.teacher is not None):
-            base = ctx.base if arm.base is None else base_model(
-                ctx.out.parent, ctx.scale, variant=arm.base, progress=ctx.progress)
-            if arm.teacher is not None:
-                fine_tuned(ctx.out.parent, base, ctx.scale, arm.teacher, progress=ctx.progress)
+        if isinstance(arm, Arm):
+            arm_inputs(ctx, arm)
 
 
 def on_fleets(ctx: Context, arm: Any) -> bool:
