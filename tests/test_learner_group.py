@@ -178,7 +178,11 @@ def run_config(tmp_path, model_dir, name: str, processes: int, steps: int = RUN_
            "loss": {"kl_coef": 0.01, "length_penalty_per_token": 0.05},
            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
            "train": {"steps": steps, "lr": 1e-3, "minibatches": 2, "seed": 3, "threads": 1,
-                     "learner_processes": processes, "post_update_stats_every": 2},
+                     "learner_processes": processes, "post_update_stats_every": 2,
+                     # float32 named: `auto` picks bfloat16 on CPUs that multiply it faster
+                     # (AMX), where 1 and 2 processes round differently, a sampled token
+                     # flips and the runs part ~1e-2 (seen in CI, 2026-12-06)
+                     "compute_dtype": "float32"},
            "checkpoint": {"every": 2, "keep": 2}, "tensorboard": False, "progress": False}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
