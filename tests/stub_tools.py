@@ -8,12 +8,15 @@ import threading
 
 class EveryNthToken:
     """A stand-in tool: a call is closed by the request's `after`-th generated token; the
-    result (`result`) comes back after `latency_s`, from another thread as a real tool's
-    would. At most `max_calls` per request."""
+    result (`result`) comes back after `latency_s` (or the request's own in `latency_of`), from
+    another thread as a real tool's would. At most `max_calls` per request."""
 
     def __init__(self, result: list[int], after: int = 3, latency_s: float = 0.0,
-                 max_calls: int = 1) -> None:
+                 max_calls: int = 1, reproducible: bool = False,
+                 latency_of: dict[int, float] | None = None) -> None:
         self.result, self.after, self.latency_s, self.max_calls = result, after, latency_s, max_calls
+        self.reproducible = reproducible
+        self.latency_of = latency_of or {}  # request id -> its calls' latency (else latency_s)
         self.calls: dict[int, int] = {}
         self._done: list[tuple[int, list[int]]] = []
         self._cv = threading.Condition()
@@ -32,7 +35,7 @@ class EveryNthToken:
                 self._done.append((request_id, list(self.result)))
                 self._cv.notify_all()
 
-        threading.Timer(self.latency_s, finish).start()
+        threading.Timer(self.latency_of.get(request_id, self.latency_s), finish).start()
 
     def results(self, timeout: float) -> list[tuple[int, list[int]]]:
         with self._cv:

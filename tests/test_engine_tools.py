@@ -98,6 +98,26 @@ def test_a_parked_slot_serves_other_requests(lm):
     assert engine.stats.prefills == len(PROMPTS) + engine.stats.resumes
 
 
+def test_reproducible_tools_give_the_same_rollouts_whatever_the_calls_timing(lm):
+    """Sampled, with calls that come back at once in one run and after 0.2 s for half the
+    requests in the other: waiting for every call before the next decode step, the two runs
+    draw the same tokens; resuming rows as their results arrive, the slow calls' rows rejoin
+    later, in other batches, and the runs part."""
+    _, tokenizer = lm
+    result, sampling = result_ids(tokenizer), EngineSampling(temperature=1.0)
+    slow = {i: 0.2 for i in range(0, len(PROMPTS), 2)}
+
+    def tokens(reproducible: bool, latency_of: dict[int, float]) -> list[list[int]]:
+        tools = EveryNthToken(result, after=2, max_calls=2, reproducible=reproducible,
+                              latency_of=latency_of)
+        _, done = run_engine(lm, tools, sampling, slots=3, max_new=16, seed=5)
+        assert sum(c.tool_calls for c in done) >= len(PROMPTS)
+        return [c.token_ids for c in done]
+
+    assert tokens(True, {}) == tokens(True, slow)
+    assert tokens(False, {}) != tokens(False, slow)
+
+
 def test_a_result_that_reaches_the_length_cap_ends_the_request(lm):
     _, tokenizer = lm
     long_result = result_ids(tokenizer, "=" + "9" * 20)

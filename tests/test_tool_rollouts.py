@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlscale.config import build_config
 from rlscale.rlvr.config import RLVRConfig, SFTConfig
@@ -79,6 +80,37 @@ def test_the_cli_trains_with_tools_from_a_config(tool_base, tmp_path):
     assert result.exit_code == 0, result.output
     details = json.loads(result.output.strip().splitlines()[-1])
     assert details["tools/calls_per_rollout"] > 0 and details["behaviour/tool_steps"] > 0
+
+
+def test_a_reproducible_tool_run_resumed_from_its_checkpoint_reaches_the_unbroken_run(
+        tool_base, tmp_path):
+    """rollout.tools.reproducible: the calculator's calls take a random 0-40 ms each, and a
+    run stopped after step 2 and resumed still lands on the weights of the run that never
+    stopped, bit for bit (without it, the runs part)."""
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from rlscale.cli import app
+
+    def train(name: str, steps: int, *extra: str) -> Path:
+        result = CliRunner().invoke(app, [
+            "rlvr", "train", str(CONFIGS / "reasoning_tools.yaml"), f"model.path={tool_base}",
+            f"run_dir={tmp_path / name}", f"train.steps={steps}", "rollout.prompts_per_step=2",
+            "rollout.group_size=4", "rollout.max_new_tokens=48", "eval.every=0",
+            "rollout.tools.tools=[user_tools:jittery_calculator]",
+            "rollout.tools.reproducible=true", "checkpoint.every=2", "train.threads=1",
+            "train.compute_dtype=float32", "tensorboard=false", "progress=false", *extra])
+        assert result.exit_code == 0, result.output
+        return tmp_path / name / "final" / "model.safetensors"
+
+    unbroken = load_file(train("unbroken", 3))
+    train("broken", 2)
+    resumed = load_file(train("broken", 3, "--resume"))
+    assert unbroken.keys() == resumed.keys()
+    assert all(torch.equal(unbroken[k], resumed[k]) for k in unbroken)
+    calls = [json.loads(line)["tools/calls_per_rollout"]
+             for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
+    assert len(calls) == 3 and sum(calls) > 0
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ class RunnerToolTurns:
 
     def __init__(self, runner: ToolRunner, config: ToolsConfig, tokenizer) -> None:
         self.runner, self.config, self.tokenizer = runner, config, tokenizer
+        self.reproducible = config.reproducible
         self.names = tuple(runner.tools)
         self.closing = tuple(close_tags(config.markup, self.names))
         # Enough tokens to hold a close tag (at worst one token per character).

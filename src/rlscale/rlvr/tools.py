@@ -205,6 +205,11 @@ class ToolsConfig(StrictModel):
         "rlimits (limits, seccomp and an unprivileged uid, the machine's files in reach; for "
         "trusted code), or auto (namespaces, and a one-line refusal where they are unavailable)")
     workers: int = Field(1, ge=1, description="processes running calls in parallel")
+    reproducible: bool = Field(
+        False, description="wait for every call in flight before the next decode step: the "
+        "same seed gives the same rollouts (a resumed run the unbroken one's) whatever the "
+        "calls' timing, while decoding stalls on the slowest call; false: a call's row "
+        "resumes whenever its result is back, and the other rows decode meanwhile")
     markup: ToolMarkup = Field(default_factory=ToolMarkup)
 
     @model_validator(mode="after")

@@ -44,7 +44,14 @@ from .decoder import decode_dtype
 from .kv_cache import KVCache
 from .sampler import cached_forward, left_padded, shared_prefills, step_function
 from .sampling import sample_next
-from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
+from .types import (
+    Completion,
+    EngineSampling,
+    GenerationRequest,
+    PartialCompletion,
+    ToolTurns,
+    returned_calls,
+)
 
 
 class _Row(PartialCompletion):
@@ -233,14 +240,13 @@ class ContinuousBatchingEngine:
         return row.finish(reason)
 
     def _resume_parked(self) -> list[Completion]:
-        """Rows whose calls came back: the result appended, to the front of the queue (or
-        finished, when the result reaches the length cap). With nothing else to run, waits
-        briefly for a result rather than spin."""
+        """Rows whose calls came back (`returned_calls`): the result appended, to the front
+        of the queue (or finished, when the result reaches the length cap)."""
         if not self.parked:
             return []
         idle = not self.waiting and not any(r is not None for r in self.rows)
         finished = []
-        for request_id, result in self.tools.results(timeout=0.005 if idle else 0.0):
+        for request_id, result in returned_calls(self.tools, self.parked, busy=not idle):
             row = self.parked.pop(request_id, None)
             if row is None:
                 continue  # aborted meanwhile

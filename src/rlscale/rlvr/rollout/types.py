@@ -6,6 +6,7 @@ implement `InferenceEngine`; the fleet's workers drive either one the same way.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,7 +84,10 @@ class ToolTurns(Protocol):
     """What an engine needs to let requests call tools between decode steps
     (rlvr/tool_turns.py). A request whose generated tokens just closed a call is parked: its
     slot goes to other requests while the call runs; its result is inserted and the request
-    resumes."""
+    resumes. `reproducible`: the engine waits for every call in flight before its next
+    decode step (`returned_calls`)."""
+
+    reproducible: bool
 
     def call_in(self, token_ids: list[int], calls_made: int) -> Any | None:
         """The call (opaque to the engine) when `token_ids` (generated so far, results
@@ -96,6 +100,21 @@ class ToolTurns(Protocol):
     def results(self, timeout: float) -> list[tuple[int, list[int]]]:
         """(request id, the result's token ids) of the calls that finished, waiting up to
         `timeout` seconds for the first."""
+
+
+def returned_calls(tools: ToolTurns, parked: Collection[int],
+                   busy: bool) -> list[tuple[int, list[int]]]:
+    """The calls that came back, in request order, for an engine whose `parked` requests
+    wait on them. Reproducible tools: every parked request's call (waiting for the slowest),
+    so where a request resumes, and so the batch each token is drawn in, follows from the
+    tokens and not from how long a call took. Else those back now, waiting briefly for one
+    when the engine has nothing else to run (`busy` False) rather than spin."""
+    if not tools.reproducible:
+        return sorted(tools.results(timeout=0.0 if busy else 0.005))
+    back: dict[int, list[int]] = {}
+    while not set(parked) <= back.keys():
+        back.update(tools.results(timeout=0.05))
+    return sorted(back.items())
 
 
 class InferenceEngine(Protocol):

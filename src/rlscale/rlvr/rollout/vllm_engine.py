@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from ...runtime.weight_sync import WeightPacket, unpack_weights
-from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
+from .types import (
+    Completion,
+    EngineSampling,
+    GenerationRequest,
+    PartialCompletion,
+    ToolTurns,
+    returned_calls,
+)
 
 # In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
 # trainer needs. 1 GiB of CPU KV cache holds ~0.5 M tokens of the tiny model.
@@ -230,13 +237,13 @@ class VLLMEngine:
         return finished
 
     def _resume_parked(self) -> list[Completion]:
-        """Requests whose calls came back: the result appended, and back into vLLM (or
-        finished, when the result reaches the length cap). With nothing running, waits
-        briefly for a result rather than spin."""
+        """Requests whose calls came back (`returned_calls`): the result appended, and back
+        into vLLM (or finished, when the result reaches the length cap)."""
         if not self.parked:
             return []
         finished = []
-        for request_id, result in self.tools.results(timeout=0.0 if self._running else 0.005):
+        for request_id, result in returned_calls(self.tools, self.parked,
+                                                 busy=bool(self._running)):
             progress = self.parked.pop(request_id, None)
             if progress is None:
                 continue  # aborted meanwhile
