@@ -1084,8 +1084,9 @@ def test_only_experiments_with_an_arm_on_the_shared_base_build_it():
 
 def test_arms_trained_at_once_are_the_runs_trained_one_at_a_time(experiments_root, monkeypatch):
     """--jobs 2: checking's two arms, each from a base of its own (built first, here), train
-    in two worker processes and end at the weights one process reaches. (Not tool_use: the
-    calculator's answers return while other rows decode, so a tool run is not bit-exact.)"""
+    in two worker processes and end at the weights one process reaches. (Not tool_use: its
+    arms let the calculator's answers return while other rows decode, without
+    rollout.tools.reproducible, so its runs are not bit-exact.)"""
     from safetensors.torch import load_file
 
     from rlscale.experiments.parallel import train_arms_at_once
@@ -1119,3 +1120,18 @@ def test_a_run_that_fails_among_runs_at_once_stops_the_experiment(tmp_path):
     with pytest.raises(Exception, match="no_such_key"):
         train_arms_at_once(ctx, [broken], jobs=2)
     assert worker_threads(4, cores=16) == 4 and worker_threads(3, cores=2) == 1
+
+
+def test_runs_trained_at_once_get_their_share_of_the_cores(tmp_path):
+    """A Zero config names its threads (connect4: 2): under --jobs a run gets at most its
+    worker's share, and a config that asks for fewer keeps them."""
+    from rlscale.experiments.setup import ZeroArm, zero_arm_config
+
+    ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0,), base=None, progress=False)
+    connect4, go9 = ZeroArm("a", "connect4.yaml", ()), ZeroArm("b", "go9_grow.yaml", ())
+    assert zero_arm_config(ctx, connect4, 0).train.threads == 2
+    shared = dataclasses.replace(ctx, threads=1)
+    assert zero_arm_config(shared, connect4, 0).train.threads == 1
+    assert zero_arm_config(dataclasses.replace(ctx, threads=2), go9, 3).train.threads == 1
+    cfg = zero_arm_config(shared, connect4, 3)
+    assert cfg.train.seed == 3 and cfg.out == str(tmp_path / "x" / "arms" / "a_s3")

@@ -8,9 +8,11 @@ teachers), so two workers never build the same thing. Arms on the asynchronous f
 trained here afterwards, one after another: their inference workers are processes of their
 own, and they share one Ray session.
 
-A worker gets `cores / N` threads unless OMP_NUM_THREADS says otherwise (a config's own
-`train.threads` still wins inside its run); it is spawned, not forked, so torch and Ray start
-clean in it."""
+A worker gets `cores / N` threads unless OMP_NUM_THREADS says otherwise; a Zero config's
+`train.threads` (Zero configs name theirs) is capped at that share, since two 2-thread runs on
+2 cores spin-wait on each other (the first Connect Four iteration of zero_compute took 500 s
+so, with a test run beside it). A worker is spawned, not forked, so torch and Ray start clean
+in it."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
     shared_inputs(ctx, arms)
     fleet_arms = [arm for arm in arms if on_fleets(ctx, arm)]
     runs = [(arm, seed) for seed in ctx.seeds for arm in arms if arm not in fleet_arms]
-    quiet = replace(ctx, progress=False)
+    quiet = replace(ctx, progress=False, threads=worker_threads(jobs))
     done: dict[tuple[str, int], Any] = {}
     with ProcessPoolExecutor(min(jobs, len(runs) or 1),
                              mp_context=multiprocessing.get_context("spawn"),

@@ -81,6 +81,7 @@ class Context:
     base: Path | None           # the SFT base model every arm starts from (Zero: None)
     overwrite: bool = False     # retrain arms instead of reusing finished ones
     progress: bool = True
+    threads: int = 0            # at most this many threads a run (--jobs); 0: the config's
 
 
 @dataclass(frozen=True)
@@ -190,21 +191,33 @@ def is_finished(ctx: Context, label: str, seed: int) -> bool:
     return (arm_run_dir(ctx, label, seed) / "final").is_dir()
 
 
+def zero_arm_config(ctx: Context, arm: ZeroArm, seed: int):
+    """`arm`'s Zero config with `seed`, its run folder as `out`; with `ctx.threads`, the
+    config's `train.threads` capped at it (Zero configs name their threads, and runs trained
+    at once would oversubscribe the cores; threads change speed, not the run)."""
+    from ..zero.config import ZeroConfig
+
+    where = [*arm.overrides, f"train.seed={seed}", f"out={arm_run_dir(ctx, arm.label, seed)}"]
+    cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, where)
+    if ctx.threads and cfg.train.threads > ctx.threads:
+        cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config,
+                          [*where, f"train.threads={ctx.threads}"])
+    return cfg
+
+
 def train_zero_arm(ctx: Context, arm: ZeroArm, seed: int) -> TrainedZeroArm:
     """Train `arm` with `seed` through the Zero loop (`zero.loop.train`); a finished run with
     the same config is reused, a killed one continues, one with another config is refused."""
-    from ..zero.config import ZeroConfig
     from ..zero.loop import train
 
     run_dir = arm_run_dir(ctx, arm.label, seed)
-    recipe = (*arm.overrides, f"train.seed={seed}")
-    cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, [*recipe, f"out={run_dir}"])
     try:
-        result = train(cfg, resume=not ctx.overwrite, overwrite=ctx.overwrite,
-                       progress=ctx.progress)
+        result = train(zero_arm_config(ctx, arm, seed), resume=not ctx.overwrite,
+                       overwrite=ctx.overwrite, progress=ctx.progress)
     except RunDirError as exc:
         raise _not_reusable(run_dir, exc) from None
-    return TrainedZeroArm(arm, seed, run_dir, result.final_dir, recipe)
+    return TrainedZeroArm(arm, seed, run_dir, result.final_dir,
+                          (*arm.overrides, f"train.seed={seed}"))
 
 
 # Fields that change logging or speed only: a base built with other values is the same base.
