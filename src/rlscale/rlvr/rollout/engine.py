@@ -44,14 +44,8 @@ from .decoder import decode_dtype
 from .kv_cache import KVCache
 from .sampler import cached_forward, left_padded, shared_prefills, step_function
 from .sampling import sample_next
-from .types import (
-    Completion,
-    EngineSampling,
-    GenerationRequest,
-    PartialCompletion,
-    ToolTurns,
-    returned_calls,
-)
+from .tool_results import returned_calls
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 
 class _Row(PartialCompletion):

@@ -6,7 +6,6 @@ implement `InferenceEngine`; the fleet's workers drive either one the same way.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -85,7 +84,7 @@ class ToolTurns(Protocol):
     (rlvr/tool_turns.py). A request whose generated tokens just closed a call is parked: its
     slot goes to other requests while the call runs; its result is inserted and the request
     resumes. `reproducible`: the engine waits for every call in flight before its next
-    decode step (`returned_calls`)."""
+    decode step (rollout/tool_results.py)."""
 
     reproducible: bool
 
@@ -101,20 +100,6 @@ class ToolTurns(Protocol):
         """(request id, the result's token ids) of the calls that finished, waiting up to
         `timeout` seconds for the first."""
 
-
-def returned_calls(tools: ToolTurns, parked: Collection[int],
-                   busy: bool) -> list[tuple[int, list[int]]]:
-    """The calls that came back, in request order, for an engine whose `parked` requests
-    wait on them. Reproducible tools: every parked request's call (waiting for the slowest),
-    so where a request resumes, and so the batch each token is drawn in, follows from the
-    tokens and not from how long a call took. Else those back now, waiting briefly for one
-    when the engine has nothing else to run (`busy` False) rather than spin."""
-    if not tools.reproducible:
-        return sorted(tools.results(timeout=0.0 if busy else 0.005))
-    back: dict[int, list[int]] = {}
-    while not set(parked) <= back.keys():
-        back.update(tools.results(timeout=0.05))
-    return sorted(back.items())
 
 
 class InferenceEngine(Protocol):

@@ -38,14 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ...runtime.weight_sync import WeightPacket, unpack_weights
-from .types import (
-    Completion,
-    EngineSampling,
-    GenerationRequest,
-    PartialCompletion,
-    ToolTurns,
-    returned_calls,
-)
+from .tool_results import returned_calls
+from .types import Completion, EngineSampling, GenerationRequest, PartialCompletion, ToolTurns
 
 # In-process engine: starts in seconds, and no scheduler process busy-spins on a core the
 # trainer needs. 1 GiB of CPU KV cache holds ~0.5 M tokens of the tiny model.
