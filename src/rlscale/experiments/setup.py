@@ -16,13 +16,16 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import config_to_dict, load_config
 from ..runtime import rundir
 from ..runtime.errors import first_line
 from ..runtime.metrics import read_metrics
 from ..runtime.rundir import RunDirError
+
+if TYPE_CHECKING:
+    from ..zero.config import ZeroConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rlvr"
 ZERO_CONFIGS = CONFIGS.parent / "zero"
@@ -191,13 +194,18 @@ def is_finished(ctx: Context, label: str, seed: int) -> bool:
     return (arm_run_dir(ctx, label, seed) / "final").is_dir()
 
 
-def zero_arm_config(ctx: Context, arm: ZeroArm, seed: int):
+def zero_recipe(arm: ZeroArm, seed: int) -> tuple[str, ...]:
+    """The overrides on `arm`'s Zero config that make its run with `seed`."""
+    return (*arm.overrides, f"train.seed={seed}")
+
+
+def zero_arm_config(ctx: Context, arm: ZeroArm, seed: int) -> ZeroConfig:
     """`arm`'s Zero config with `seed`, its run folder as `out`; with `ctx.threads`, the
     config's `train.threads` capped at it (Zero configs name their threads, and runs trained
     at once would oversubscribe the cores; threads change speed, not the run)."""
     from ..zero.config import ZeroConfig
 
-    where = [*arm.overrides, f"train.seed={seed}", f"out={arm_run_dir(ctx, arm.label, seed)}"]
+    where = [*zero_recipe(arm, seed), f"out={arm_run_dir(ctx, arm.label, seed)}"]
     cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, where)
     if ctx.threads and cfg.train.threads > ctx.threads:
         cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config,
@@ -216,8 +224,7 @@ def train_zero_arm(ctx: Context, arm: ZeroArm, seed: int) -> TrainedZeroArm:
                        overwrite=ctx.overwrite, progress=ctx.progress)
     except RunDirError as exc:
         raise _not_reusable(run_dir, exc) from None
-    return TrainedZeroArm(arm, seed, run_dir, result.final_dir,
-                          (*arm.overrides, f"train.seed={seed}"))
+    return TrainedZeroArm(arm, seed, run_dir, result.final_dir, zero_recipe(arm, seed))
 
 
 # Fields that change logging or speed only: a base built with other values is the same base.

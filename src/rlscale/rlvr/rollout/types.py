@@ -101,7 +101,6 @@ class ToolTurns(Protocol):
         `timeout` seconds for the first."""
 
 
-
 class InferenceEngine(Protocol):
     version: int
 
