@@ -173,7 +173,7 @@ def plot(numbers: Numbers, out: Path) -> Path:
 
 
 # minutes: estimated from the recipe's first 3 iterations at one thread (2026-12-06, AMD EPYC
-# Zen 4: 90, 66 and 51 s each, 208 s of CPU): ~50 core-minutes for each 48-iteration arm,
+# AVX2: 90, 66 and 51 s each, 208 s of CPU): ~50 core-minutes for each 48-iteration arm,
 # ~45 for the uncapped arm's 21 (2.3x the self-play a move), three 100-game matches (~5 min
 # each), so ~210 core-minutes a seed: ~105 minutes on 2 cores with --jobs 2
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
