@@ -14,7 +14,10 @@ from rlscale.runtime import device as dev
 
 @pytest.fixture
 def probe_cache(tmp_path, monkeypatch):
+    """The probe's cache in tmp_path, on a CPU taken to have bf16 instructions (so the
+    stubbed timings decide, whatever this machine has)."""
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(dev, "cpu_has_bf16_instructions", lambda: True)
     return tmp_path / "cache" / "precision_probe.json"
 
 
@@ -56,6 +59,28 @@ def test_auto_follows_the_probe_not_the_flags(probe_cache, monkeypatch, fp32, bf
     assert m["precision/probed_workload"] == 0.0
     assert m["precision/bfloat16"] == float(chosen == "bfloat16")
     assert chosen in resolved.describe()
+
+
+def test_a_cpu_without_bf16_instructions_is_float32_unprobed(probe_cache, monkeypatch):
+    calls = stub_rates(monkeypatch, 50.0, 70.0)  # a crowded timing that would say bf16
+    monkeypatch.setattr(dev, "cpu_has_bf16_instructions", lambda: False)
+    resolved = dev.resolve_compute_dtype("auto", torch.device("cpu"))
+    assert resolved.name == "float32" and resolved.probe is None and calls == []
+    assert "no bf16 instructions" in resolved.describe()
+    monkeypatch.setattr(dev, "cpu_has_bf16_instructions", lambda: None)  # unknown: probed
+    assert dev.resolve_compute_dtype("auto", torch.device("cpu")).name == "bfloat16"
+
+
+@pytest.mark.parametrize(("cpuinfo", "native"), [
+    ("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma f16c\n", False),
+    ("flags\t\t: avx2 avx512f avx512_bf16 avx512_vnni\n", True),
+    ("flags\t\t: avx2 avx512f amx_bf16 amx_tile\n", True),
+    ("Features\t: fp asimd bf16 i8mm\n", True),
+    ("Features\t: fp asimd\n", False),
+    ("processor\t: 0\n", None),
+])
+def test_bf16_instructions_are_read_from_the_cpu_flags(cpuinfo, native):
+    assert dev.bf16_instructions_in(cpuinfo) is native
 
 
 def test_a_named_dtype_is_not_probed(probe_cache, monkeypatch):

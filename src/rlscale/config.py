@@ -37,7 +37,8 @@ ComputeDtypeName = Literal["auto", "float32", "bfloat16"]
 COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 where the run's "
                       "own model (a matmul probe for one too big to time) runs >= 1.15x faster "
                       "in it than in float32 on this device (cached per machine, torch "
-                      "version, thread count and model shape), else float32")
+                      "version, thread count and model shape), else float32; float32 "
+                      "unprobed on a CPU without bf16 instructions")
 
 
 class NonFiniteGuardConfig(StrictModel):

@@ -106,10 +106,12 @@ class PrecisionProbe:
 
 @dataclass(frozen=True)
 class ComputeDtype:
-    """The dtype a run computes in, and for `auto` the probe that chose it."""
+    """The dtype a run computes in, and for `auto` the probe that chose it (or why none
+    was needed)."""
 
     name: str                     # float32 | bfloat16
-    probe: PrecisionProbe | None  # None when the config named the dtype
+    probe: PrecisionProbe | None  # None when the config named the dtype, or `reason` decided
+    reason: str = ""              # `auto` decided without a probe: why
 
     def metrics(self) -> dict[str, float]:
         chosen = {"precision/bfloat16": float(self.name == "bfloat16")}
@@ -117,6 +119,8 @@ class ComputeDtype:
 
     def describe(self) -> str:
         """One sentence: the dtype, and for `auto` why the probe picked it."""
+        if self.reason:
+            return f"compute dtype: {self.name} (auto): {self.reason}"
         if self.probe is None:
             return f"compute dtype: {self.name}"
         p = self.probe
@@ -261,18 +265,42 @@ def precision_probe(device: torch.device, workload: Workload | None = None) -> P
     return probe
 
 
+def bf16_instructions_in(cpuinfo: str) -> bool | None:
+    """Whether the CPU that `cpuinfo` (/proc/cpuinfo's text) describes computes bf16 in
+    hardware (x86: avx512_bf16 or amx_bf16; Arm: bf16); None where it lists no flags."""
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith(("flags", "Features"))
+             for flag in line.split(":", 1)[1].split()}
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
+
+
+def cpu_has_bf16_instructions() -> bool | None:
+    """`bf16_instructions_in` this machine's /proc/cpuinfo; None where there is none."""
+    try:
+        return bf16_instructions_in(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return None
+
+
+NO_BF16_INSTRUCTIONS = ("this CPU has no bf16 instructions (avx512_bf16, amx_bf16), so bf16 "
+                        "would be emulated; not probed")
+
+
 def resolve_compute_dtype(name: str, device: torch.device,
                           workload: Workload | None = None) -> ComputeDtype:
     """`auto`: bfloat16 where, on this device at the current thread count, it runs
     `workload` (the run's own model; else a matmul probe) at least BF16_MIN_SPEEDUP x faster
     than float32, else float32. CPU flags do not decide it: an AVX-512 BF16 CPU without AMX
     multiplies bf16 ~2x slower than fp32, another ~4x faster (MACHINE_NOTES.md), and even
-    where bf16 matmuls are faster a small model can run slower in it. A named dtype is
-    taken as it is."""
+    where bf16 matmuls are faster a small model can run slower in it. But a CPU without bf16
+    instructions is float32 unprobed: there bf16 is emulated, ~10x slower, and a probe
+    timed while other processes crowd the cores once measured it 1.39x faster (the update
+    then took 105 s a step). A named dtype is taken as it is."""
     if name != "auto":
         return ComputeDtype(name, None)
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return ComputeDtype("float32", None)
+    if device.type == "cpu" and cpu_has_bf16_instructions() is False:
+        return ComputeDtype("float32", None, NO_BF16_INSTRUCTIONS)
     probe = precision_probe(device, workload)
     return ComputeDtype(probe.choice, probe)
 
