@@ -54,12 +54,12 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
     shared_inputs(ctx, arms)
     fleet_arms = [arm for arm in arms if on_fleets(ctx, arm)]
     runs = [(arm, seed) for seed in ctx.seeds for arm in arms if arm not in fleet_arms]
-    quiet = replace(ctx, progress=False, threads=worker_threads(jobs))
+    threads = worker_threads(jobs)
+    quiet = replace(ctx, progress=False, threads=threads)
     done: dict[tuple[str, int], Any] = {}
     with ProcessPoolExecutor(min(jobs, len(runs) or 1),
                              mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker,
-                             initargs=(worker_threads(jobs),)) as pool:
+                             initializer=_start_worker, initargs=(threads,)) as pool:
         futures: dict[Future, tuple[str, int]] = {
             pool.submit(train_one, quiet, arm, seed): (arm.label, seed) for arm, seed in runs}
         pending = set(futures)

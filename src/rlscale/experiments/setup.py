@@ -84,7 +84,7 @@ class Context:
     base: Path | None           # the SFT base model every arm starts from (Zero: None)
     overwrite: bool = False     # retrain arms instead of reusing finished ones
     progress: bool = True
-    threads: int = 0            # at most this many threads a run (--jobs); 0: the config's
+    threads: int = 0            # --jobs: a Zero run's thread cap (RLVR runs take the worker's)
 
 
 @dataclass(frozen=True)

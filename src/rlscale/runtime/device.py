@@ -198,21 +198,32 @@ def measure_workload_rates(workload: Workload, device: torch.device,
     return best["float32"], best["bfloat16"]
 
 
+def read_cpuinfo() -> str | None:
+    """/proc/cpuinfo's text; None where there is none (not Linux)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+
+
+def cpuinfo_field(cpuinfo: str, *names: str) -> str | None:
+    """The value (after the colon, unstripped) of the first line of `cpuinfo` that starts
+    with one of `names`; None without one."""
+    return next((line.split(":", 1)[1] for line in cpuinfo.splitlines()
+                 if line.startswith(names)), None)
+
+
 def _machine_key(device: torch.device) -> str:
     """What the probe's answer depends on: the processor, the torch build, the threads."""
+    info = read_cpuinfo()
     if device.type == "cuda":
         hardware = torch.cuda.get_device_name(device)
-    else:
+    elif info is None:
         hardware = platform.processor() or platform.machine()
-        try:
-            info = Path("/proc/cpuinfo").read_text()
-            model = next((line.split(":", 1)[1].strip() for line in info.splitlines()
-                          if line.startswith("model name")), "")
-            flags = next((line.split(":", 1)[1] for line in info.splitlines()
-                          if line.startswith("flags")), "")
-            hardware = f"{model} {hashlib.sha1(flags.encode()).hexdigest()[:12]}"
-        except OSError:
-            pass
+    else:
+        model = (cpuinfo_field(info, "model name") or "").strip()
+        flags = cpuinfo_field(info, "flags") or ""
+        hardware = f"{model} {hashlib.sha1(flags.encode()).hexdigest()[:12]}"
     return f"{device.type}|{hardware}|torch {torch.__version__}|threads {torch.get_num_threads()}"
 
 
@@ -268,17 +279,14 @@ def precision_probe(device: torch.device, workload: Workload | None = None) -> P
 def bf16_instructions_in(cpuinfo: str) -> bool | None:
     """Whether the CPU that `cpuinfo` (/proc/cpuinfo's text) describes computes bf16 in
     hardware (x86: avx512_bf16 or amx_bf16; Arm: bf16); None where it lists no flags."""
-    flags = {flag for line in cpuinfo.splitlines() if line.startswith(("flags", "Features"))
-             for flag in line.split(":", 1)[1].split()}
+    flags = set((cpuinfo_field(cpuinfo, "flags", "Features") or "").split())
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
 
 
 def cpu_has_bf16_instructions() -> bool | None:
     """`bf16_instructions_in` this machine's /proc/cpuinfo; None where there is none."""
-    try:
-        return bf16_instructions_in(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return None
+    info = read_cpuinfo()
+    return None if info is None else bf16_instructions_in(info)
 
 
 NO_BF16_INSTRUCTIONS = ("this CPU has no bf16 instructions (avx512_bf16, amx_bf16), so bf16 "
@@ -309,14 +317,10 @@ def machine_summary() -> str:
     """The machine a measurement ran on, in one line: processor, its vector and matrix
     extensions (what decides the speed of each precision), cores, torch, GPU if any."""
     model, flags = platform.processor() or platform.machine(), []
-    try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        model = next((line.split(":", 1)[1].strip() for line in info
-                      if line.startswith("model name")), model)
-        flags = next((line.split(":", 1)[1].split() for line in info
-                      if line.startswith("flags")), [])
-    except OSError:
-        pass
+    info = read_cpuinfo()
+    if info is not None:
+        model = (cpuinfo_field(info, "model name") or model).strip()
+        flags = (cpuinfo_field(info, "flags") or "").split()
     wanted = [f for f in flags if f.startswith(("avx2", "avx512", "amx"))]
     gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return (f"{model}, flags {' '.join(wanted) or 'none of avx2/avx512/amx'}, "
