@@ -5,6 +5,7 @@ loop and leaves a figure and a verdict, and `report` writes the markdown."""
 import dataclasses
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -1120,6 +1121,33 @@ def test_a_run_that_fails_among_runs_at_once_stops_the_experiment(tmp_path):
     with pytest.raises(Exception, match="no_such_key"):
         train_arms_at_once(ctx, [broken], jobs=2)
     assert worker_threads(4, cores=16) == 4 and worker_threads(3, cores=2) == 1
+
+
+def where_judged(item: int) -> tuple[int, int, int]:
+    """A judgement that says where it ran: (item, process, torch threads)."""
+    if item < 0:
+        raise ValueError(f"cannot judge item {item}")
+    return item, os.getpid(), torch.get_num_threads()
+
+
+def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
+        tmp_path, monkeypatch):
+    """--jobs 2: an experiment's per-seed measurements run in two worker processes with the
+    worker's share of threads and come back in the items' order; with --jobs 1 they run here;
+    a judgement's error reaches the caller."""
+    from rlscale.experiments.parallel import judge_at_once
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0,), base=None, progress=False,
+                  jobs=2, threads=1)
+    judged = judge_at_once(ctx, where_judged, [3, 1, 2, 5])
+    assert [item for item, _, _ in judged] == [3, 1, 2, 5]
+    assert {pid for _, pid, _ in judged} - {os.getpid()} == {pid for _, pid, _ in judged}
+    assert {threads for _, _, threads in judged} == {1}
+    here = judge_at_once(dataclasses.replace(ctx, jobs=1, threads=0), where_judged, [4, 2])
+    assert [(item, pid) for item, pid, _ in here] == [(4, os.getpid()), (2, os.getpid())]
+    with pytest.raises(ValueError, match="cannot judge item -1"):
+        judge_at_once(ctx, where_judged, [1, -1, 2])
 
 
 def test_runs_trained_at_once_get_their_share_of_the_cores(tmp_path):

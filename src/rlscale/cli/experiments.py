@@ -42,7 +42,8 @@ def run_command(
              "OUT/base to rebuild it)")] = False,
     jobs: Annotated[int, typer.Option(
         help="(arm, seed) runs trained at once, each in a process of its own with cores / "
-             "jobs threads unless OMP_NUM_THREADS is set; the same runs as one at a time")] = 1,
+             "jobs threads unless OMP_NUM_THREADS is set; the same runs as one at a time; "
+             "Zero experiments' per-seed matches and GRPO-at-budget runs too")] = 1,
 ) -> None:
     """Train the arms, measure, analyse, plot; the result lands in OUT/NAME/result.json."""
     from ..experiments.registry import EXPERIMENTS

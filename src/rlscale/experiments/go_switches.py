@@ -17,6 +17,7 @@ plays 14/32 of the recipe's games: the same self-play simulations, counted in th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..config import load_config
@@ -24,6 +25,7 @@ from ..zero.agents import load_network_agent
 from ..zero.config import ZeroConfig
 from ..zero.matches import play_match
 from .grpo_vs_zero import zero_costs
+from .parallel import judge_at_once
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm
@@ -97,8 +99,10 @@ def run_figures(run: TrainedZeroArm) -> dict[str, float]:
             "minutes": seconds[-1] / 60 if seconds else 0.0}
 
 
-def recipe_score(recipe: TrainedZeroArm, other: TrainedZeroArm, s: Settings) -> dict:
-    """The recipe's network against `other`'s, both searching `s.simulations` a move."""
+def recipe_score(pair: tuple[TrainedZeroArm, TrainedZeroArm], s: Settings) -> dict:
+    """The recipe's network against another arm's of the same seed (the pair), both
+    searching `s.simulations` a move."""
+    recipe, other = pair
     a = load_network_agent(recipe.final, s.simulations, game="go", seed=recipe.seed,
                            name=RECIPE)
     b = load_network_agent(other.final, s.simulations, game="go", seed=recipe.seed + 1,
@@ -110,12 +114,13 @@ def recipe_score(recipe: TrainedZeroArm, other: TrainedZeroArm, s: Settings) -> 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    recipes = trained[RECIPE]
+    pairs = {label: list(zip(trained[RECIPE], trained[label], strict=True))
+             for label in SWITCHES}
+    scores = iter(judge_at_once(ctx, partial(recipe_score, s=s),
+                                [pair for label in SWITCHES for pair in pairs[label]]))
     return {"seeds": list(ctx.seeds), "games": s.games, "simulations": s.simulations,
             "runs": {label: [run_figures(r) for r in runs] for label, runs in trained.items()},
-            "matches": {label: [recipe_score(recipe, run, s)
-                                for recipe, run in zip(recipes, trained[label], strict=True)]
-                        for label in SWITCHES}}
+            "matches": {label: [next(scores) for _ in pairs[label]] for label in SWITCHES}}
 
 
 def analyse(numbers: Numbers) -> Analysis:

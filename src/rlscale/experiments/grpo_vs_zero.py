@@ -29,7 +29,7 @@ from ..zero.network import PolicyValueNet, load_network, network_for
 from .game_grpo import GRPOGameSettings, Progress, train_grpo
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
-from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm
+from .setup import ZERO_CONFIGS, Context, TrainedZeroArm, ZeroArm, capped_threads
 from .spec import QUICK_SELFPLAY, Experiment, Numbers, ZeroBudget, zero_arms
 from .stats import cell, paired
 from .tictactoe_exact import judge_raw_policy
@@ -92,12 +92,14 @@ def zero_costs(run: TrainedZeroArm) -> dict[str, int]:
 
 
 def grpo_at_budget(run: TrainedZeroArm, game: Game, positions: int, group: int,
-                   score: Callable[[PolicyValueNet], float]) -> tuple[PolicyValueNet, Progress]:
+                   score: Callable[[PolicyValueNet], float],
+                   max_threads: int = 0) -> tuple[PolicyValueNet, Progress]:
     """GRPO from a fresh network of the Zero run's shape (its config's network, learning rate,
-    weight decay and threads; its seed) until it has evaluated as many positions as the run
-    did in self-play; `score(net)` at the start and after each `1/SCORE_POINTS` of that."""
+    weight decay and threads, at most `max_threads` of them where > 0; its seed) until it has
+    evaluated as many positions as the run did in self-play; `score(net)` at the start and
+    after each `1/SCORE_POINTS` of that."""
     cfg = load_config(ZeroConfig, ZERO_CONFIGS / run.arm.config, list(run.recipe))
-    torch.set_num_threads(cfg.train.threads)
+    torch.set_num_threads(capped_threads(cfg.train.threads, max_threads))
     torch.manual_seed(run.seed)
     net = network_for(game, cfg.network)
     progress = train_grpo(

@@ -17,6 +17,7 @@ move, no search):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..zero.agents import NetworkAgent, load_network_agent, make_agent
@@ -28,6 +29,7 @@ from ..zero.perfect_play import AGREEMENT_FILES
 from ..zero.ratings import fit_ratings
 from .grpo_vs_zero import SCORE_POINTS, grpo_at_budget, zero_costs
 from .grpo_vs_zero import Settings as GRPOvsZeroBudget
+from .parallel import judge_at_once
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
@@ -84,14 +86,21 @@ def raw_policy(net: PolicyValueNet) -> NetworkAgent:
     return NetworkAgent(Model(Connect4(), net), 0)
 
 
-def judge_run(run: TrainedZeroArm, s: Settings) -> dict:
-    """Both arms of one seed: GRPO trained at the AlphaZero run's budget, then both networks'
-    solver agreement (raw and searched) and the Elo of their raw policies among the anchors."""
+def score_raw_policy(net: PolicyValueNet, positions: int) -> float:
+    """The solver agreement of `net`'s raw policy on `positions` positions of each file."""
+    return agreement_share(raw_policy(net), positions)
+
+
+def judge_run(run: TrainedZeroArm, s: Settings, threads: int) -> dict:
+    """Both arms of one seed: GRPO trained at the AlphaZero run's budget (with at most
+    `threads` threads: 0, its config's), then both networks' solver agreement (raw and
+    searched) and the Elo of their raw policies among the anchors."""
     game = Connect4()
     alphazero = load_network_agent(run.final, 0, game="connect4", seed=run.seed,
                                    name="alphazero")
     net, progress = grpo_at_budget(run, game, s.positions, s.group,
-                                   lambda n: agreement_share(raw_policy(n), s.judged))
+                                   partial(score_raw_policy, positions=s.judged),
+                                   max_threads=threads)
     # GRPO's network searches with the settings AlphaZero's plays with (its value head is
     # the fresh network's: GRPO never trains it).
     grpo = NetworkAgent(Model(game, net, alphazero.model.mcts, seed=run.seed), 0, "grpo")
@@ -118,7 +127,8 @@ def judge_run(run: TrainedZeroArm, s: Settings) -> dict:
 
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    per_seed = [judge_run(run, s) for run in trained["alphazero"]]
+    per_seed = judge_at_once(ctx, partial(judge_run, s=s, threads=ctx.threads),
+                             trained["alphazero"])
     arms_out = {name: {key: [seed[name][key] for seed in per_seed] for key in per_seed[0][name]}
                 for name in PLAYERS}
     return {"seeds": list(ctx.seeds), "positions": s.positions, "group": s.group,

@@ -1,7 +1,9 @@
 """Arms trained at once: `rlscale experiments run NAME --jobs N` trains up to N (arm, seed)
 runs side by side, each in a worker process of its own, so an experiment of many arms can use
 a machine of many cores. Each run is the one `--jobs 1` trains: the same config, seed and
-run folder (a finished run is reused, a killed one resumes from its checkpoint).
+run folder (a finished run is reused, a killed one resumes from its checkpoint). Measurements
+that take as long as training (matches between networks, GRPO trained at a Zero run's budget)
+are judged at once the same way (`judge_at_once`), one seed or one match a worker.
 
 What several arms read is built first, here, one at a time (their own SFT bases, fine-tuned
 teachers), so two workers never build the same thing. Arms on the asynchronous fleets are
@@ -19,11 +21,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from .setup import Context, on_fleets, shared_inputs, train_arms, train_one
+
+Item = TypeVar("Item")
+Judged = TypeVar("Judged")
 
 
 def worker_threads(jobs: int, cores: int | None = None) -> int:
@@ -44,6 +50,28 @@ def _start_worker(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def _worker_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(threads,))
+
+
+def judge_at_once(ctx: Context, judge: Callable[[Item], Judged],
+                  items: Sequence[Item]) -> list[Judged]:
+    """`judge(item)` for each of `items`, in their order: up to `ctx.jobs` at once, each in a
+    worker process with `ctx.threads` threads, or one after another here with `--jobs 1`.
+    `judge` is sent to the workers, so it is a module's function (or a partial of one); the
+    first judgement that fails stops the ones not started and raises its error."""
+    if ctx.jobs == 1 or len(items) < 2:
+        return [judge(item) for item in items]
+    with _worker_pool(min(ctx.jobs, len(items)), ctx.threads) as pool:
+        futures = [pool.submit(judge, item) for item in items]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
 def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[Any]]:
     """Every arm with every seed, up to `jobs` runs at once; by label (in `arms`' order), in
     seed order, as `train_arms` returns them. The first run that fails stops the others from
@@ -57,9 +85,7 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
     threads = worker_threads(jobs)
     quiet = replace(ctx, progress=False, threads=threads)
     done: dict[tuple[str, int], Any] = {}
-    with ProcessPoolExecutor(min(jobs, len(runs) or 1),
-                             mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker, initargs=(threads,)) as pool:
+    with _worker_pool(min(jobs, len(runs) or 1), threads) as pool:
         futures: dict[Future, tuple[str, int]] = {
             pool.submit(train_one, quiet, arm, seed): (arm.label, seed) for arm, seed in runs}
         pending = set(futures)

@@ -56,7 +56,7 @@ inconclusive verdict is no evidence that the effect is absent.
 rlscale experiments list                    # the experiments and their claims
 rlscale experiments run NAME                # full budget, {seeds} seeds
 rlscale experiments run NAME --quick        # CI-sized smoke run, 1 seed
-rlscale experiments run NAME --jobs 4       # 4 (arm, seed) runs at once, cores / 4 threads each
+rlscale experiments run NAME --jobs 4       # 4 (arm, seed) runs (and Zero matches) at once, cores / 4 threads each
 rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
 rlscale experiments report                  # this file, from runs/experiments/*/result.json
 ```

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..runtime.device import machine_summary
 from ..runtime.rundir import read_recorded_config
-from .parallel import check_jobs, train_arms_at_once
+from .parallel import check_jobs, train_arms_at_once, worker_threads
 from .record import (
     FIGURE_NAME,
     MEASUREMENTS_NAME,
@@ -86,7 +86,8 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     """Run experiment `name` in `out/name` (out: runs/experiments, or runs/experiments-quick
     with `quick`) and save its result there. `base`: an existing SFT base model of the same
     task (e.g. runs/reasoning/base) instead of the one built in `out/base`; `jobs`: runs
-    trained at once, each in a process of its own (experiments.parallel)."""
+    trained (and measurements judged) at once, each in a process of its own
+    (experiments.parallel)."""
     experiment = get(name)
     scale = SCALES["quick" if quick else "full"]
     n_seeds = scale.seeds if seeds is None else seeds
@@ -103,7 +104,8 @@ def run_experiment(name: str, *, quick: bool = False, seeds: int | None = None,
     else:
         base_path = Path(base) if base is not None else base_model(root, scale, progress=progress)
     ctx = Context(out=root / name, scale=scale, seeds=tuple(range(n_seeds)), base=base_path,
-                  overwrite=overwrite, progress=progress)
+                  overwrite=overwrite, progress=progress, jobs=jobs,
+                  threads=worker_threads(jobs) if jobs > 1 else 0)
     ctx.out.mkdir(parents=True, exist_ok=True)
     reused = 0 if overwrite else sum(is_finished(ctx, arm.label, seed)
                                      for seed in ctx.seeds for arm in arms)

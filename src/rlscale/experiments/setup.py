@@ -85,6 +85,12 @@ class Context:
     overwrite: bool = False     # retrain arms instead of reusing finished ones
     progress: bool = True
     threads: int = 0            # --jobs: a Zero run's thread cap (RLVR runs take the worker's)
+    jobs: int = 1               # --jobs: runs trained, and measurements judged, at once
+
+
+def capped_threads(threads: int, cap: int) -> int:
+    """`threads` a Zero config names, at most `cap` where runs share the cores (0: no cap)."""
+    return min(threads, cap) if cap else threads
 
 
 @dataclass(frozen=True)
@@ -207,9 +213,10 @@ def zero_arm_config(ctx: Context, arm: ZeroArm, seed: int) -> ZeroConfig:
 
     where = [*zero_recipe(arm, seed), f"out={arm_run_dir(ctx, arm.label, seed)}"]
     cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config, where)
-    if ctx.threads and cfg.train.threads > ctx.threads:
+    threads = capped_threads(cfg.train.threads, ctx.threads)
+    if threads != cfg.train.threads:
         cfg = load_config(ZeroConfig, ZERO_CONFIGS / arm.config,
-                          [*where, f"train.threads={ctx.threads}"])
+                          [*where, f"train.threads={threads}"])
     return cfg
 
 

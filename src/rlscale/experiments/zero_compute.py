@@ -14,12 +14,14 @@ policy at each budget (zero.compute_curve).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..zero.agents import Agent, load_network_agent
 from ..zero.compute_curve import compute_curve
 from ..zero.games.connect4 import Connect4
 from ..zero.perfect_play import AGREEMENT_FILES, solver_agreement
+from .parallel import judge_at_once
 from .plots import band, plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
@@ -73,9 +75,10 @@ def agreement_share(agent: Agent, positions: int) -> float:
     return sum(r.agreed for r in per_file) / sum(r.positions for r in per_file)
 
 
-def compute_figures(final: Path, s: Settings, seed: int) -> dict[str, list[float]]:
-    """For each budget: the share of the benchmark positions whose move keeps the solver's
+def compute_figures(run: tuple[Path, int], s: Settings) -> dict[str, list[float]]:
+    """For the final network of a run (its folder, its seed), for each budget: the share of the benchmark positions whose move keeps the solver's
     value, and (budgets > 0) the score against the network's own raw policy."""
+    final, seed = run
     agent = load_network_agent(final, 0, game="connect4", seed=seed)
     agreement = [agreement_share(agent.with_simulations(sims), s.positions)
                  for sims in s.simulations]
@@ -86,10 +89,9 @@ def compute_figures(final: Path, s: Settings, seed: int) -> dict[str, list[float
 
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    figures: dict[str, list] = {"agreement": [], "score": []}
-    for run in trained["alphazero"]:
-        for key, values in compute_figures(run.final, s, run.seed).items():
-            figures[key].append(values)
+    runs = [(run.final, run.seed) for run in trained["alphazero"]]
+    per_seed = judge_at_once(ctx, partial(compute_figures, s=s), runs)
+    figures = {key: [seed[key] for seed in per_seed] for key in ("agreement", "score")}
     return {"seeds": list(ctx.seeds), "simulations": list(s.simulations), "early": s.early,
             "files": list(AGREEMENT_FILES), "positions": s.positions * len(AGREEMENT_FILES),
             "games": s.games, **figures}

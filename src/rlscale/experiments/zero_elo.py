@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..zero.agents import load_network_agent, make_agent
 from ..zero.elo_curve import elo_curve, find_checkpoints
+from .parallel import judge_at_once
 from .plots import plt, save_figure, tidy
 from .record import Analysis, Table
 from .setup import Context, TrainedZeroArm, ZeroArm
@@ -84,7 +86,7 @@ def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
     return {"seeds": list(ctx.seeds), "simulations": s.simulations, "games": s.games,
             "anchors": list(s.anchors), "neighbours": s.neighbours,
-            "runs": [rate_run(run, s) for run in trained["alphazero"]]}
+            "runs": judge_at_once(ctx, partial(rate_run, s=s), trained["alphazero"])}
 
 
 def ranks(values: Sequence[float]) -> list[float]:
