@@ -48,28 +48,22 @@ class TidyRandom(_OneByOne):
 
 
 def check_records(game, result, sgf_dir, engine_name):
-    """Every game of the match has an SGF with its moves, its result and the engine's name."""
+    """Every game of the match has an SGF with all its moves (the opponent's last one too:
+    the arena tells the agent each game is over), its result and the engine's name."""
     records = [from_sgf(path.read_text()) for path in sorted(sgf_dir.glob("game_*.sgf"))]
     assert len(records) == result.games
     by_moves = {tuple(a for _, a in r.moves): r for r in records}
     for played in result.records:
-        moves = tuple(played.moves)
-        if moves not in by_moves:  # the opponent's move at the cap: not seen by the agent
-            assert len(moves) == game.max_moves
-            moves = moves[:-1]
-            assert "not seen by the GTP agent" in by_moves[moves].properties["C"]
-        record = by_moves[moves]
+        record = by_moves[tuple(played.moves)]
         assert (record.size, record.komi) == (game.size, game.komi)
-        assert [p for p, _ in record.moves] == [i % 2 for i in range(len(moves))]
+        assert [p for p, _ in record.moves] == [i % 2 for i in range(len(played.moves))]
         final = replay(game, record.moves)[-1]
         engine_colour = 1 if played.a_first else 0  # the GTP agent is agent B
         assert (record.black, record.white)[engine_colour] == engine_name
-        if len(moves) < len(played.moves):
-            assert record.result is None
-            continue
         assert game.is_terminal(final)
         assert record.result == result_string(game.score(final))
         assert game.outcome(final) == played.outcome
+        assert "inferred at close" not in record.properties.get("C", "")
     return records
 
 
@@ -96,7 +90,6 @@ def test_our_gtp_engine_as_the_opponent_one_game_at_a_time(tmp_path):
                             concurrency=1)
         # One game at a time: the engine's board follows the game, no replay from scratch.
         assert engine._board is None or len(engine._board[2]) > 0
-    # (a game the opponent ended with its pass gets that pass at close)
     check_records(game, result, tmp_path, engine.player_name)
 
 
@@ -132,6 +125,23 @@ def test_a_game_the_opponent_ends_is_completed_at_close(tmp_path):
     record = from_sgf((tmp_path / "capped" / "game_0001.sgf").read_text())
     assert record.moves == [(0, 12), (1, 25)] and record.result is None
     assert "ended on the opponent's next move, not seen" in record.properties["C"]
+
+
+def test_the_arena_completes_the_record_of_a_game_the_opponent_ends(tmp_path):
+    """At the move cap any move ends the game: told the final position (`game_over`), the
+    agent records the opponent's last move and the result, with nothing inferred."""
+    capped = Go(5, komi=0.5, max_moves=3)
+    with GtpAgent(fake_engine(tmp_path, ["pass"]), sgf_dir=tmp_path / "capped") as agent:
+        state = capped.apply(capped.initial_state(), 12)
+        after = capped.apply(state, agent.act(capped, state))
+        final = capped.apply(after, 7)
+        assert capped.is_terminal(final)
+        agent.game_over(capped, final)
+        agent.game_over(capped, final)  # told twice (it played both sides): no change
+    record = from_sgf((tmp_path / "capped" / "game_0001.sgf").read_text())
+    assert record.moves == [(0, 12), (1, 25), (0, 7)]
+    assert record.result == result_string(capped.score(final))
+    assert "C" not in record.properties or "not seen" not in record.properties["C"]
 
 
 def test_dead_hung_and_missing_engines_are_one_line_errors(tmp_path):

@@ -1,5 +1,7 @@
 """The agents: anything with `name`, `act(game, state) -> action` and
-`act_many(game, states) -> actions` plays a match (the `Agent` protocol).
+`act_many(game, states) -> actions` plays a match (the `Agent` protocol). An agent that keeps
+records of its games (`GtpAgent`'s SGFs) may also have `game_over(game, final_state)`: the
+arena calls it with every game's last position, whoever made the last move (`game_over`).
 
 `RandomAgent` (uniform over legal moves), `PureMCTSAgent` (UCT with uniformly random
 playouts, no knowledge: zero/uct.py), `NetworkAgent` (a `Model`, zero/model.py: its raw
@@ -163,6 +165,13 @@ def act_many(agent: Any, game: Game, states: Sequence[Any]) -> np.ndarray:
     if hasattr(agent, "act_many"):
         return np.asarray(agent.act_many(game, states), np.int64)
     return np.array([agent.act(game, s) for s in states], np.int64)
+
+
+def game_over(agent: Any, game: Game, state: Any) -> None:
+    """Tell `agent` the game that ended in `state` is over, if it listens (`game_over`)."""
+    listener = getattr(agent, "game_over", None)
+    if listener is not None:
+        listener(game, state)
 
 
 # -- agent specs (`--opponent`, `--agent`, anchors) ------------------------------------------

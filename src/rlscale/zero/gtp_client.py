@@ -22,8 +22,10 @@ move our rules refuse (GNU Go knows simple ko, not positional superko, unless to
 
 Every game is saved as SGF (`rlscale.zero.sgf`) in `sgf_dir`, `game_0001.sgf` on, rewritten
 after each of the engine's moves. A game the engine's own move ends gets its result at once;
-one the opponent ends (the engine is not asked again) is completed at `close()`: after the
-engine's pass the only move that ends a game short of the move cap is the opponent's pass.
+one the opponent ends (the engine is not asked again) is completed when the arena says it is
+over (`game_over`, with the final position: the opponent's last move and the result). A
+caller that never says so gets it inferred at `close()`: after the engine's pass the only
+move that ends a game short of the move cap is the opponent's pass.
 
 For GNU Go under Tromp-Taylor scoring use `--chinese-rules --capture-all-dead` (area
 scoring; it removes dead stones before passing, which Tromp-Taylor needs) and
@@ -257,23 +259,40 @@ class GtpAgent:
     def act_many(self, game: Go, states: Sequence[GoState]) -> np.ndarray:
         return np.array([self.act(game, s) for s in states], dtype=np.int64)
 
+    def game_over(self, game: Go, state: GoState) -> None:
+        """The game that ended in `state`: where the opponent's move ended it, that move and
+        the result go into its record (a game the engine's move ended has both already)."""
+        log = self._log_after_opponent(game, state)
+        if log is not None:
+            log.result = result_string(game.score(state))
+            self._write(game, log)
+
     # -- games --------------------------------------------------------------------------------
     def _log_for(self, game: Go, state: GoState) -> _GameLog:
         """The game `state` belongs to, with its moves up to `state`."""
         logs = self._pending.get(state)
         if logs:  # the engine plays both sides, or was asked again
             return self._take(state)
-        if state.moves > 0:
-            for before in [s for s in self._pending if s.moves == state.moves - 1]:
-                try:
-                    if game.apply(before, state.last_move) == state:
-                        log = self._take(before)
-                        log.moves.append((before.to_play, state.last_move))
-                        return log
-                except IllegalMove:
-                    continue
+        log = self._log_after_opponent(game, state)
+        if log is not None:
+            return log
         self._games += 1
         return _GameLog(self._games, opening_moves(game, state))
+
+    def _log_after_opponent(self, game: Go, state: GoState) -> _GameLog | None:
+        """The game whose position after the engine's move the opponent's move took to
+        `state`, taken off the pending games with that move appended; None if no game was."""
+        if state.moves == 0:
+            return None
+        for before in [s for s in self._pending if s.moves == state.moves - 1]:
+            try:
+                if game.apply(before, state.last_move) == state:
+                    log = self._take(before)
+                    log.moves.append((before.to_play, state.last_move))
+                    return log
+            except IllegalMove:
+                continue
+        return None
 
     def _take(self, state: GoState) -> _GameLog:
         logs = self._pending[state]
@@ -340,7 +359,8 @@ class GtpAgent:
                   result=log.result, black=black, white=white, comment="; ".join(log.notes))
 
     def close(self) -> None:
-        """Complete the records of games the opponent ended, and stop the engine.
+        """Complete the records of games the opponent ended that no `game_over` call
+        completed, and stop the engine.
 
         Call it when the games are over (after `play_match`; at exit it runs by itself): a
         game left after the engine's pass is taken to have ended with the opponent's pass."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .agents import Agent, act_many
+from .agents import Agent, act_many, game_over
 from .games.base import Game
 from .games.go import Go, result_string
 from .ratings import EloEstimate, elo_difference
@@ -161,6 +161,8 @@ def play_match(
         finished = [g for g in live if game.is_terminal(g["state"])]
         for g in finished:
             live.remove(g)
+            for agent in (agent_a, agent_b):
+                game_over(agent, game, g["state"])
             record = GameRecord(g["opening"], g["moves"], g["a_first"], game.outcome(g["state"]),
                                 g["number"])
             _count(result, record)
