@@ -4,20 +4,32 @@ threads and model shape, for both loops (the timings stubbed: tests check the de
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 import torch
 
+from rlscale.runtime import cpu_load
 from rlscale.runtime import device as dev
+
+
+def load_while_timing(monkeypatch, tmp_path, runnable: int, cores: int = 2) -> None:
+    """The probe's crowd watch reads a /proc/loadavg that says `runnable` tasks want the
+    `cores` cores."""
+    loadavg = tmp_path / f"loadavg{runnable}"
+    loadavg.write_text(f"0.50 0.40 0.30 {runnable}/250 4242\n")
+    monkeypatch.setattr(dev, "CrowdWatch", functools.partial(
+        cpu_load.CrowdWatch, cores=cores, path=loadavg))
 
 
 @pytest.fixture
 def probe_cache(tmp_path, monkeypatch):
-    """The probe's cache in tmp_path, on a CPU taken to have bf16 instructions (so the
-    stubbed timings decide, whatever this machine has)."""
+    """The probe's cache in tmp_path, on a CPU taken to have bf16 instructions and timed on
+    quiet cores (so the stubbed timings decide, whatever this machine has and runs)."""
     monkeypatch.setenv("RLSCALE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(dev, "cpu_has_bf16_instructions", lambda: True)
+    load_while_timing(monkeypatch, tmp_path, runnable=1)
     return tmp_path / "cache" / "precision_probe.json"
 
 
@@ -104,6 +116,44 @@ def test_the_probe_is_cached_per_machine_torch_version_and_threads(probe_cache, 
     dev.precision_probe(torch.device("cpu"))
     assert len(calls) == 4
     assert len(json.loads(probe_cache.read_text())) == 2
+
+
+def test_a_probe_timed_on_crowded_cores_chooses_float32_and_is_not_kept(
+        probe_cache, monkeypatch, tmp_path):
+    """bf16 measured 4x faster, but 5 tasks wanted the 2 cores (the sampler's own one not
+    counted): float32, said why, not cached; on quiet cores the next run measures again."""
+    calls = stub_rates(monkeypatch, 100.0, 400.0)
+    load_while_timing(monkeypatch, tmp_path, runnable=5)
+    resolved = dev.resolve_compute_dtype("auto", torch.device("cpu"))
+    assert resolved.name == "float32" and resolved.probe.crowded
+    assert resolved.metrics()["precision/probe_crowded"] == 1.0
+    assert "crowded" in resolved.describe() and "not cached" in resolved.describe()
+    assert not probe_cache.exists()
+    load_while_timing(monkeypatch, tmp_path, runnable=3)  # our 2 threads and the sampler
+    again = dev.resolve_compute_dtype("auto", torch.device("cpu"))
+    assert again.name == "bfloat16" and not again.probe.crowded and len(calls) == 4
+    assert dev.precision_probe(torch.device("cpu")).cached
+
+
+@pytest.mark.parametrize(("text", "runnable"), [
+    ("0.50 0.40 0.30 3/250 4242\n", 3), ("0.0 0.0 0.0 12/900 1", 12), ("", None),
+    ("not a loadavg", None)])
+def test_the_runnable_task_count_is_read_from_loadavg(text, runnable):
+    assert cpu_load.runnable_tasks(text) == runnable
+
+
+def test_the_cores_are_crowded_when_more_tasks_want_them_than_there_are(tmp_path):
+    assert not cpu_load.crowded(3.0, cores=2)  # a 2-thread timing and its sampler
+    assert cpu_load.crowded(4.0, cores=2) and not cpu_load.crowded(4.0, cores=4)
+    assert not cpu_load.crowded(None, cores=2)  # no /proc/loadavg: unknown, trusted
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("1.0 1.0 1.0 6/100 7\n")
+    with cpu_load.CrowdWatch(cores=2, path=loadavg) as watch:
+        torch.ones(64, 64) @ torch.ones(64, 64)
+    assert watch.mean == 6 and watch.crowded and len(watch.samples) >= 2
+    with cpu_load.CrowdWatch(cores=2, path=tmp_path / "missing") as missing:
+        pass
+    assert missing.mean is None and not missing.crowded
 
 
 def test_an_unusable_cache_only_costs_a_measurement(tmp_path, monkeypatch):

@@ -38,7 +38,8 @@ COMPUTE_DTYPE_HELP = ("bfloat16 = autocast with fp32 weights; auto = bfloat16 wh
                       "own model (a matmul probe for one too big to time) runs >= 1.15x faster "
                       "in it than in float32 on this device (cached per machine, torch "
                       "version, thread count and model shape), else float32; float32 "
-                      "unprobed on a CPU without bf16 instructions")
+                      "unprobed on a CPU without bf16 instructions, and float32 uncached "
+                      "when other tasks crowded the cores while it was timed")
 
 
 class NonFiniteGuardConfig(StrictModel):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from .cpu_load import CrowdWatch
+
 
 class DeviceError(ValueError):
     """The configured device is not there (one-line message)."""
@@ -88,6 +90,8 @@ class PrecisionProbe:
     threads: int
     unit: str = MATMUL_UNIT
     cached: bool = False
+    crowd: float | None = None  # mean runnable tasks while timing (runtime/cpu_load.py)
+    crowded: bool = False       # other tasks wanted the cores: the timing is not trusted
 
     @property
     def speedup(self) -> float:
@@ -95,13 +99,16 @@ class PrecisionProbe:
 
     @property
     def choice(self) -> str:
-        return "bfloat16" if self.speedup >= BF16_MIN_SPEEDUP else "float32"
+        """bfloat16 where it beat fp32 by BF16_MIN_SPEEDUP on uncrowded cores."""
+        trusted = not self.crowded
+        return "bfloat16" if trusted and self.speedup >= BF16_MIN_SPEEDUP else "float32"
 
     def metrics(self) -> dict[str, float]:
         return {"precision/float32_rate": self.float32_rate,
                 "precision/bfloat16_rate": self.bfloat16_rate,
                 "precision/bfloat16_speedup": self.speedup,
-                "precision/probed_workload": float(self.unit != MATMUL_UNIT)}
+                "precision/probed_workload": float(self.unit != MATMUL_UNIT),
+                "precision/probe_crowded": float(self.crowded)}
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,11 @@ class ComputeDtype:
             return f"compute dtype: {self.name}"
         p = self.probe
         what = "the model's own passes" if p.unit == WORKLOAD_UNIT else "a matmul probe"
+        if p.crowded:
+            return (f"compute dtype: {self.name} (auto): the cores were crowded while {what} "
+                    f"were timed ({p.crowd:.1f} tasks wanted {os.cpu_count()} cores; bf16 "
+                    f"measured {_speedup_text(p.speedup)}x), so float32 and the timing is "
+                    "not cached")
         verdict = ("at least" if p.choice == "bfloat16" else "under") + \
             f" the {BF16_MIN_SPEEDUP}x that auto asks of bfloat16"
         return (f"compute dtype: {self.name} (auto): bf16 ran {_speedup_text(p.speedup)}x as "
@@ -236,18 +248,26 @@ def cache_dir() -> Path:
 
 
 def _measure(device: torch.device, workload: Workload | None) -> PrecisionProbe:
+    """Both rates, timed while a `CrowdWatch` counts the tasks that want the cores (on a
+    GPU the host's crowd does not decide)."""
     threads = torch.get_num_threads()
-    if workload is None:
-        return PrecisionProbe(measure_matmul_gflops(torch.float32, device),
-                              measure_matmul_gflops(torch.bfloat16, device), threads)
-    return PrecisionProbe(*measure_workload_rates(workload, device), threads, WORKLOAD_UNIT)
+    with CrowdWatch() as watch:
+        if workload is None:
+            rates = (measure_matmul_gflops(torch.float32, device),
+                     measure_matmul_gflops(torch.bfloat16, device))
+        else:
+            rates = measure_workload_rates(workload, device)
+    unit = MATMUL_UNIT if workload is None else WORKLOAD_UNIT
+    return PrecisionProbe(*rates, threads, unit, crowd=watch.mean,
+                          crowded=device.type == "cpu" and watch.crowded)
 
 
 def precision_probe(device: torch.device, workload: Workload | None = None) -> PrecisionProbe:
     """The probe for this machine (and `workload`, else the matmul probe): from the cache
     file when this machine, torch version, thread count and workload were measured before,
-    else measured now (a fraction of a second) and saved. An unreadable or unwritable cache
-    only costs a new measurement."""
+    else measured now (a fraction of a second) and saved, unless the cores were crowded
+    while it was timed (then it chooses float32 and the next run measures again). An
+    unreadable or unwritable cache only costs a new measurement."""
     key = _machine_key(device) + ("" if workload is None else f"|{workload.key}")
     path = cache_dir() / "precision_probe.json"
     try:
@@ -264,6 +284,8 @@ def precision_probe(device: torch.device, workload: Workload | None = None) -> P
         except (KeyError, TypeError, ValueError):
             pass
     probe = _measure(device, workload)
+    if probe.crowded:
+        return probe
     known[key] = {"float32_rate": probe.float32_rate, "bfloat16_rate": probe.bfloat16_rate,
                   "threads": probe.threads, "unit": probe.unit}
     try:
@@ -302,7 +324,8 @@ def resolve_compute_dtype(name: str, device: torch.device,
     where bf16 matmuls are faster a small model can run slower in it. But a CPU without bf16
     instructions is float32 unprobed: there bf16 is emulated, ~10x slower, and a probe
     timed while other processes crowd the cores once measured it 1.39x faster (the update
-    then took 105 s a step). A named dtype is taken as it is."""
+    then took 105 s a step). A probe timed on crowded cores (more runnable tasks than cores)
+    chooses float32 and is not cached. A named dtype is taken as it is."""
     if name != "auto":
         return ComputeDtype(name, None)
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
