@@ -4,8 +4,8 @@ ready to run (/proc/loadavg), sampled in a thread while a `CrowdWatch` is open.
 A timing taken while other processes want the cores measures them as much as the code: the
 precision probe, timed beside two experiment workers on 2 cores, once measured emulated bf16
 1.39x faster than fp32. Such a timing is not worth keeping; `crowded` says when to distrust
-it. The count includes the sampling thread itself (it runs while it reads) and the timed
-code's own threads."""
+it. A sample counts the timed code's own threads and every other task, not the sampling
+thread itself (it runs while it reads)."""
 
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ def runnable_tasks(loadavg: str) -> int | None:
 
 
 def crowded(mean_runnable: float | None, cores: int) -> bool:
-    """Whether tasks wanted more cores than there are, on average, while timing (the
-    sampler's own task not counted); unknown (None) is not crowded."""
-    return mean_runnable is not None and mean_runnable - 1 > cores + SLACK
+    """Whether tasks wanted more cores than there are, on average, while timing; unknown
+    (None) is not crowded."""
+    return mean_runnable is not None and mean_runnable > cores + SLACK
 
 
 class CrowdWatch:
-    """`with CrowdWatch() as watch: ...` samples the runnable-task count until the block
-    ends; then `watch.mean` is its mean (None without /proc/loadavg) and `watch.crowded`
-    says whether the cores were crowded."""
+    """`with CrowdWatch() as watch: ...` samples the runnable-task count (less the sampler)
+    until the block ends; then `watch.mean` is its mean (None without /proc/loadavg) and
+    `watch.crowded` says whether the cores were crowded."""
 
     def __init__(self, cores: int | None = None, path: Path = LOADAVG) -> None:
         self.cores = cores or os.cpu_count() or 1
@@ -53,7 +53,7 @@ class CrowdWatch:
         except OSError:
             count = None
         if count is not None:
-            self.samples.append(count)
+            self.samples.append(max(count - 1, 0))  # not the sampling thread
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):

@@ -134,7 +134,7 @@ class ComputeDtype:
         what = "the model's own passes" if p.unit == WORKLOAD_UNIT else "a matmul probe"
         if p.crowded:
             return (f"compute dtype: {self.name} (auto): the cores were crowded while {what} "
-                    f"were timed ({p.crowd:.1f} tasks wanted {os.cpu_count()} cores; bf16 "
+                    f"ran ({p.crowd:.1f} tasks wanted {os.cpu_count()} cores; bf16 "
                     f"measured {_speedup_text(p.speedup)}x), so float32 and the timing is "
                     "not cached")
         verdict = ("at least" if p.choice == "bfloat16" else "under") + \
