@@ -1150,6 +1150,25 @@ def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
         judge_at_once(ctx, where_judged, [1, -1, 2])
 
 
+def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
+    """Every PROGRESS_SECONDS `--jobs` prints how far each run in flight is: its last step
+    of the ones its config asks for (RLVR `steps`, Zero `train.iterations`)."""
+    from rlscale.experiments.parallel import in_flight_line, run_progress
+
+    ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0, 1), base=None, progress=False)
+    zero, rlvr = ctx.out / "arms" / "recipe_s0", ctx.out / "arms" / "grpo_s1"
+    zero.mkdir(parents=True)
+    rlvr.mkdir(parents=True)
+    (zero / "config.yaml").write_text(yaml.safe_dump({"train": {"iterations": 48}}))
+    (zero / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n"
+                                                for s in (1, 2, 3)))
+    (rlvr / "config.yaml").write_text(yaml.safe_dump({"steps": 100, "train": {"seed": 1}}))
+    assert run_progress(zero) == "step 3/48" and run_progress(rlvr) == "starting"
+    line = in_flight_line(ctx, [("recipe", 0), ("grpo", 1)], done=2, total=8)
+    assert line == ("2/8 runs trained; in flight: recipe seed 0: step 3/48; "
+                    "grpo seed 1: starting")
+
+
 def test_runs_trained_at_once_get_their_share_of_the_cores(tmp_path):
     """A Zero config names its threads (connect4: 2): under --jobs a run gets at most its
     worker's share, and a config that asks for fewer keeps them."""

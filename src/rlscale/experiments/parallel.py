@@ -24,10 +24,15 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
-from .setup import Context, on_fleets, shared_inputs, train_arms, train_one
+import yaml
 
+from ..runtime.metrics import read_metrics
+from .setup import Context, arm_run_dir, on_fleets, shared_inputs, train_arms, train_one
+
+PROGRESS_SECONDS = 300.0  # between the lines that say where the runs in flight are
 Item = TypeVar("Item")
 Judged = TypeVar("Judged")
 
@@ -72,6 +77,25 @@ def judge_at_once(ctx: Context, judge: Callable[[Item], Judged],
             raise
 
 
+def run_progress(run_dir: Path) -> str:
+    """Where a run in flight is: `step N/M` from its metrics and its config (RLVR `steps`,
+    Zero `train.iterations`), or `starting` before its first step."""
+    steps = [row["step"] for row in read_metrics(run_dir) if isinstance(row.get("step"), int)]
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        cfg = {}
+    total = cfg.get("steps") or (cfg.get("train") or {}).get("iterations") or "?"
+    return f"step {max(steps)}/{total}" if steps else "starting"
+
+
+def in_flight_line(ctx: Context, runs: list[tuple[str, int]], done: int, total: int) -> str:
+    """One progress line: how many runs are trained, and where each one in flight is."""
+    where = "; ".join(f"{label} seed {seed}: {run_progress(arm_run_dir(ctx, label, seed))}"
+                      for label, seed in runs)
+    return f"{done}/{total} runs trained; in flight: {where or 'none'}"
+
+
 def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[Any]]:
     """Every arm with every seed, up to `jobs` runs at once; by label (in `arms`' order), in
     seed order, as `train_arms` returns them. The first run that fails stops the others from
@@ -90,7 +114,12 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
             pool.submit(train_one, quiet, arm, seed): (arm.label, seed) for arm, seed in runs}
         pending = set(futures)
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            finished, pending = wait(pending, timeout=PROGRESS_SECONDS,
+                                     return_when=FIRST_COMPLETED)
+            if not finished and ctx.progress:
+                running = [futures[f] for f in pending if f.running()]
+                print(in_flight_line(ctx, running, len(done), len(runs)), file=sys.stderr,
+                      flush=True)
             for future in finished:
                 if future.exception() is not None:
                     for other in pending:
