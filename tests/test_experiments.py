@@ -1123,18 +1123,12 @@ def test_a_run_that_fails_among_runs_at_once_stops_the_experiment(tmp_path):
     assert worker_threads(4, cores=16) == 4 and worker_threads(3, cores=2) == 1
 
 
-def where_judged(item: int) -> tuple[int, int, int]:
-    """A judgement that says where it ran: (item, process, torch threads)."""
-    if item < 0:
-        raise ValueError(f"cannot judge item {item}")
-    return item, os.getpid(), torch.get_num_threads()
-
-
 def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
         tmp_path, monkeypatch):
     """--jobs 2: an experiment's per-seed measurements run in two worker processes with the
     worker's share of threads and come back in the items' order; with --jobs 1 they run here;
     a judgement's error reaches the caller."""
+    from judges import where_judged
     from rlscale.experiments.parallel import judge_at_once
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
