@@ -1146,7 +1146,8 @@ def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
 
 def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
     """Every PROGRESS_SECONDS `--jobs` prints how far each run in flight is: its last step
-    of the ones its config asks for (RLVR `steps`, Zero `train.iterations`)."""
+    of the ones its config asks for (RLVR `train.steps`, Zero `train.iterations`, SFT
+    `steps`); a metrics line still being written is skipped."""
     from rlscale.experiments.parallel import in_flight_line, run_progress
 
     ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0, 1), base=None, progress=False)
@@ -1155,9 +1156,14 @@ def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
     rlvr.mkdir(parents=True)
     (zero / "config.yaml").write_text(yaml.safe_dump({"train": {"iterations": 48}}))
     (zero / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n"
-                                                for s in (1, 2, 3)))
-    (rlvr / "config.yaml").write_text(yaml.safe_dump({"steps": 100, "train": {"seed": 1}}))
+                                                for s in (1, 2, 3)) + '{"step": 4, "lo')
+    (rlvr / "config.yaml").write_text(yaml.safe_dump({"train": {"steps": 100, "seed": 1}}))
     assert run_progress(zero) == "step 3/48" and run_progress(rlvr) == "starting"
+    sft = ctx.out / "arms" / "sft_s0"
+    sft.mkdir()
+    (sft / "config.yaml").write_text(yaml.safe_dump({"steps": 30}))
+    (sft / "metrics.jsonl").write_text(json.dumps({"step": 7}) + "\n")
+    assert run_progress(sft) == "step 7/30"
     line = in_flight_line(ctx, [("recipe", 0), ("grpo", 1)], done=2, total=8)
     assert line == ("2/8 runs trained; in flight: recipe seed 0: step 3/48; "
                     "grpo seed 1: starting")

@@ -18,6 +18,7 @@ in it."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import sys
@@ -29,7 +30,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..runtime.metrics import read_metrics
 from .setup import Context, arm_run_dir, on_fleets, shared_inputs, train_arms, train_one
 
 PROGRESS_SECONDS = 300.0  # between the lines that say where the runs in flight are
@@ -78,14 +78,27 @@ def judge_at_once(ctx: Context, judge: Callable[[Item], Judged],
 
 
 def run_progress(run_dir: Path) -> str:
-    """Where a run in flight is: `step N/M` from its metrics and its config (RLVR `steps`,
-    Zero `train.iterations`), or `starting` before its first step."""
-    steps = [row["step"] for row in read_metrics(run_dir) if isinstance(row.get("step"), int)]
+    """Where a run in flight is: `step N/M` from its metrics and its config (RLVR
+    `train.steps`, Zero `train.iterations`, SFT `steps`), or `starting` before its first
+    step. A line the run is still writing is skipped, not an error."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        lines = []
+    steps = []
+    for line in lines:
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            steps.append(step)
     try:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         cfg = {}
-    total = cfg.get("steps") or (cfg.get("train") or {}).get("iterations") or "?"
+    train = cfg.get("train") or {}
+    total = train.get("steps") or train.get("iterations") or cfg.get("steps") or "?"
     return f"step {max(steps)}/{total}" if steps else "starting"
 
 
