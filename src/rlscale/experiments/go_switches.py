@@ -177,10 +177,10 @@ def plot(numbers: Numbers, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-# minutes: estimated from the recipe's first 3 iterations at one thread (2026-12-06, AMD EPYC
-# AVX2: 90, 66 and 51 s each, 208 s of CPU): ~50 core-minutes for each 48-iteration arm,
-# ~45 for the uncapped arm's 21 (2.3x the self-play a move), three 100-game matches (~5 min
-# each), so ~210 core-minutes a seed: ~105 minutes on 2 cores with --jobs 2
+# minutes: measured 2026-12-06 (AMD EPYC, AVX2, one thread a run, two runs at once): a recipe
+# iteration 65-70 s, so ~55 core-minutes for each 48-iteration arm and about as much for the
+# uncapped arm's 21 (2.3x the search a move), plus three 100-game matches (~5 min each):
+# ~235 core-minutes a seed, ~118 minutes on 2 cores with --jobs 2
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, setup=SETUP, settings=SETTINGS, arms=arms,
-                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=105,
+                        measure=measure, analyse=analyse, plot=plot, minutes_per_seed=118,
                         needs_base=False)
