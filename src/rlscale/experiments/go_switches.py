@@ -114,13 +114,13 @@ def recipe_score(pair: tuple[TrainedZeroArm, TrainedZeroArm], s: Settings) -> di
 
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    pairs = {label: list(zip(trained[RECIPE], trained[label], strict=True))
-             for label in SWITCHES}
-    scores = iter(judge_at_once(ctx, partial(recipe_score, s=s),
-                                [pair for label in SWITCHES for pair in pairs[label]]))
+    pairs = [pair for label in SWITCHES
+             for pair in zip(trained[RECIPE], trained[label], strict=True)]
+    scores = judge_at_once(ctx, partial(recipe_score, s=s), pairs)
+    n = len(ctx.seeds)  # the pairs run switch by switch, seed by seed
     return {"seeds": list(ctx.seeds), "games": s.games, "simulations": s.simulations,
             "runs": {label: [run_figures(r) for r in runs] for label, runs in trained.items()},
-            "matches": {label: [next(scores) for _ in pairs[label]] for label in SWITCHES}}
+            "matches": {label: scores[i * n:(i + 1) * n] for i, label in enumerate(SWITCHES)}}
 
 
 def analyse(numbers: Numbers) -> Analysis:

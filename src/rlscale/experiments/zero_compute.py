@@ -75,22 +75,21 @@ def agreement_share(agent: Agent, positions: int) -> float:
     return sum(r.agreed for r in per_file) / sum(r.positions for r in per_file)
 
 
-def compute_figures(run: tuple[Path, int], s: Settings) -> dict[str, list[float]]:
-    """For the final network of a run (its folder, its seed), for each budget: the share of the benchmark positions whose move keeps the solver's
-    value, and (budgets > 0) the score against the network's own raw policy."""
-    final, seed = run
-    agent = load_network_agent(final, 0, game="connect4", seed=seed)
+def compute_figures(run: TrainedZeroArm, s: Settings) -> dict[str, list[float]]:
+    """For the run's final network and each budget: the share of the benchmark positions
+    whose move keeps the solver's value, and (budgets > 0) the score against the network's
+    own raw policy."""
+    agent = load_network_agent(run.final, 0, game="connect4", seed=run.seed)
     agreement = [agreement_share(agent.with_simulations(sims), s.positions)
                  for sims in s.simulations]
     searched = [n for n in s.simulations if n > 0]
-    points = compute_curve(Connect4(), agent, searched, s.games, seed=seed)
+    points = compute_curve(Connect4(), agent, searched, s.games, seed=run.seed)
     return {"agreement": agreement, "score": [0.5] + [p.result.score for p in points]}
 
 
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
-    runs = [(run.final, run.seed) for run in trained["alphazero"]]
-    per_seed = judge_at_once(ctx, partial(compute_figures, s=s), runs)
+    per_seed = judge_at_once(ctx, partial(compute_figures, s=s), trained["alphazero"])
     figures = {key: [seed[key] for seed in per_seed] for key in ("agreement", "score")}
     return {"seeds": list(ctx.seeds), "simulations": list(s.simulations), "early": s.early,
             "files": list(AGREEMENT_FILES), "positions": s.positions * len(AGREEMENT_FILES),

@@ -227,7 +227,7 @@ def cpuinfo_field(cpuinfo: str, *names: str) -> str | None:
 
 def _machine_key(device: torch.device) -> str:
     """What the probe's answer depends on: the processor, the torch build, the threads."""
-    info = read_cpuinfo()
+    info = None if device.type == "cuda" else read_cpuinfo()
     if device.type == "cuda":
         hardware = torch.cuda.get_device_name(device)
     elif info is None:
