@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 import os
+import socket
+import subprocess
 import time
 
 import numpy as np
@@ -1147,7 +1149,9 @@ def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
 def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
     """Every PROGRESS_SECONDS `--jobs` prints how far each run in flight is: its last step
     of the ones its config asks for (RLVR `train.steps`, Zero `train.iterations`, SFT
-    `steps`); a metrics line still being written is skipped."""
+    `steps`); a metrics line still being written is skipped. In flight is a run whose
+    folder a live process on this host holds: a run queued behind the others (its earlier,
+    killed run's lock stale) is not listed, though a process pool calls it running."""
     from rlscale.experiments.parallel import in_flight_line, run_progress
 
     ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0, 1), base=None, progress=False)
@@ -1164,9 +1168,20 @@ def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
     (sft / "config.yaml").write_text(yaml.safe_dump({"steps": 30}))
     (sft / "metrics.jsonl").write_text(json.dumps({"step": 7}) + "\n")
     assert run_progress(sft) == "step 7/30"
-    line = in_flight_line(ctx, [("recipe", 0), ("grpo", 1)], done=2, total=8)
+    me = f"{socket.gethostname()} {os.getpid()}\n"
+    for run in (zero, rlvr):
+        (run / ".lock").write_text(me)
+    # queued: sft has metrics from an earlier, interrupted run and a dead process's lock
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (sft / ".lock").write_text(f"{socket.gethostname()} {gone.pid}\n")
+    line = in_flight_line(ctx, [("recipe", 0), ("grpo", 1), ("sft", 0)], done=2, total=8)
     assert line == ("2/8 runs trained; in flight: recipe seed 0: step 3/48; "
                     "grpo seed 1: starting")
+    (zero / ".lock").unlink()
+    (rlvr / ".lock").write_text(f"another-host {os.getpid()}\n")
+    assert in_flight_line(ctx, [("recipe", 0), ("grpo", 1), ("sft", 0)], done=2,
+                          total=8) == "2/8 runs trained; in flight: none"
 
 
 def test_runs_trained_at_once_get_their_share_of_the_cores(tmp_path):

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from ..runtime.rundir import run_in_flight
 from .setup import Context, arm_run_dir, on_fleets, shared_inputs, train_arms, train_one
 
 PROGRESS_SECONDS = 300.0  # between the lines that say where the runs in flight are
@@ -103,9 +104,12 @@ def run_progress(run_dir: Path) -> str:
 
 
 def in_flight_line(ctx: Context, runs: list[tuple[str, int]], done: int, total: int) -> str:
-    """One progress line: how many runs are trained, and where each one in flight is."""
-    where = "; ".join(f"{label} seed {seed}: {run_progress(arm_run_dir(ctx, label, seed))}"
-                      for label, seed in runs)
+    """One progress line: how many runs are trained, and where each one in flight is: of the
+    `runs` not yet trained, those whose folder a live process holds (a pool marks queued
+    work as running before a worker takes it, so the lock says, not the future)."""
+    where = "; ".join(f"{label} seed {seed}: {run_progress(run_dir)}"
+                      for label, seed in runs
+                      if run_in_flight(run_dir := arm_run_dir(ctx, label, seed)))
     return f"{done}/{total} runs trained; in flight: {where or 'none'}"
 
 
@@ -130,8 +134,8 @@ def train_arms_at_once(ctx: Context, arms: list, jobs: int) -> dict[str, list[An
             finished, pending = wait(pending, timeout=PROGRESS_SECONDS,
                                      return_when=FIRST_COMPLETED)
             if not finished and ctx.progress:
-                running = [futures[f] for f in pending if f.running()]
-                print(in_flight_line(ctx, running, len(done), len(runs)), file=sys.stderr,
+                waiting = [futures[f] for f in pending]
+                print(in_flight_line(ctx, waiting, len(done), len(runs)), file=sys.stderr,
                       flush=True)
             for future in finished:
                 if future.exception() is not None:

@@ -128,6 +128,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def lock_owner(path: Path) -> tuple[str, int]:
+    """The `host pid` a lock file holds; ("", -1) when it is missing, unreadable or torn
+    (written by a process killed mid-write)."""
+    try:
+        host, _, pid_text = path.read_text().strip().partition(" ")
+        return host, int(pid_text)
+    except (OSError, ValueError):
+        return "", -1
+
+
+def run_in_flight(run_dir: Path) -> bool:
+    """Whether a live process on this host holds `run_dir`'s lock: a run is going on there
+    (a stale lock, a killed run's, is not one)."""
+    host, pid = lock_owner(run_dir / LOCK_NAME)
+    return host == socket.gethostname() and pid > 0 and _pid_alive(pid)
+
+
 class RunLock:
     """`.lock` in the run directory, holding `host pid` of the run that owns it."""
 
@@ -151,11 +168,7 @@ class RunLock:
         raise RunDirError(f"cannot take the lock {self.path}")
 
     def _take_over_if_stale(self) -> None:
-        try:
-            host, _, pid_text = self.path.read_text().strip().partition(" ")
-            pid = int(pid_text)
-        except (OSError, ValueError):
-            host, pid = "", -1  # unreadable or torn: written by a process killed mid-write
+        host, pid = lock_owner(self.path)
         here = host == socket.gethostname()
         if pid > 0 and (not here or _pid_alive(pid)) and pid != os.getpid():
             where = f"pid {pid}" + ("" if here else f" on {host}")
