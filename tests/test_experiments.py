@@ -1146,6 +1146,36 @@ def test_measurements_judged_at_once_come_back_in_order_from_worker_processes(
         judge_at_once(ctx, where_judged, [1, -1, 2])
 
 
+def test_judgements_are_kept_as_they_come_back_and_a_rerun_loads_them(tmp_path):
+    """`saved_as`: each judgement is written under OUT/judged/ as it comes back, so a rerun
+    (after a kill, or a failure in another item) loads it instead of judging it again;
+    --overwrite judges everything again."""
+    from judges import where_judged
+    from rlscale.experiments.parallel import JUDGED_DIR, judge_at_once
+
+    ctx = Context(out=tmp_path / "x", scale=QUICK, seeds=(0,), base=None, progress=False,
+                  jobs=2, threads=1)
+
+    def name(item: int) -> str:
+        return f"item{item}"
+
+    first = judge_at_once(ctx, where_judged, [3, 1, 2], saved_as=name)
+    assert sorted(p.name for p in (ctx.out / JUDGED_DIR).iterdir()) == [
+        "item1.json", "item2.json", "item3.json"]
+    assert os.getpid() not in {pid for _, pid, _ in first}  # judged in the workers
+    again = judge_at_once(ctx, where_judged, [3, 1, 2, 4], saved_as=name)
+    assert again[:3] == [list(j) for j in first]  # loaded: the first run's worker pids
+    assert tuple(again[3][:2]) == (4, os.getpid())  # the one left: judged here
+    redone = judge_at_once(dataclasses.replace(ctx, jobs=1, threads=0, overwrite=True),
+                           where_judged, [3, 1], saved_as=name)
+    assert [pid for _, pid, _ in redone] == [os.getpid()] * 2
+    with pytest.raises(ValueError, match="cannot judge item -1"):
+        judge_at_once(dataclasses.replace(ctx, jobs=1, threads=0), where_judged, [5, -1],
+                      saved_as=name)
+    assert json.loads((ctx.out / JUDGED_DIR / "item5.json").read_text())[0] == 5
+    assert not list((ctx.out / JUDGED_DIR).glob(".*tmp*"))
+
+
 def test_the_progress_line_says_where_each_run_in_flight_is(tmp_path):
     """Every PROGRESS_SECONDS `--jobs` prints how far each run in flight is: its last step
     of the ones its config asks for (RLVR `train.steps`, Zero `train.iterations`, SFT

@@ -46,3 +46,28 @@ def test_a_switch_is_kept_only_when_the_recipe_beats_the_arm_without_it():
     assert experiment_verdict(gs.analyse(_numbers(level)).effects) == "inconclusive"
     # W / D / L summed over the seeds: 28 + 30 + 32 + 29 wins of 160
     assert "119 / 0 / 41" in str(gs.analyse(_numbers(all_pay)).table.rows)
+
+
+def test_a_kept_match_names_its_settings_and_both_networks(tmp_path):
+    """A match saved for a rerun is reused only for the same arm, seed, settings and
+    networks: a retrained network gets another file."""
+    from pathlib import Path
+
+    from rlscale.experiments.setup import TrainedZeroArm, ZeroArm
+
+    def trained(label: str, weights: bytes) -> TrainedZeroArm:
+        final = tmp_path / label / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "model.safetensors").write_bytes(weights)
+        (final / "model.json").write_text("{}")
+        return TrainedZeroArm(ZeroArm(label, gs.CONFIG, ()), 1, Path(tmp_path / label), final,
+                              ())
+
+    recipe, arm = trained("recipe", b"a"), trained("no_ownership", b"b")
+    full = gs.SETTINGS["full"]
+    name = gs.match_name((recipe, arm), full)
+    assert name.startswith("no_ownership_s1_vs_recipe_100games_32sims_")
+    assert name == gs.match_name((recipe, arm), full)
+    assert name != gs.match_name((recipe, arm), gs.SETTINGS["quick"])
+    retrained = trained("no_ownership", b"c")
+    assert gs.match_name((recipe, retrained), full) != name

@@ -112,11 +112,20 @@ def recipe_score(pair: tuple[TrainedZeroArm, TrainedZeroArm], s: Settings) -> di
             "score": (result.wins + result.draws / 2) / result.games}
 
 
+def match_name(pair: tuple[TrainedZeroArm, TrainedZeroArm], s: Settings) -> str:
+    """The file a match is kept in (experiments.parallel.judge_at_once): the arm, the seed,
+    the match's settings and both networks' fingerprints."""
+    recipe, other = pair
+    return (f"{other.arm.label}_s{recipe.seed}_vs_{RECIPE}_{s.games}games_{s.simulations}sims_"
+            f"{recipe.fingerprint()}_{other.fingerprint()}")
+
+
 def measure(ctx: Context, trained: dict[str, list[TrainedZeroArm]]) -> Numbers:
     s = SETTINGS[ctx.scale.name]
     pairs = [pair for label in SWITCHES
              for pair in zip(trained[RECIPE], trained[label], strict=True)]
-    scores = judge_at_once(ctx, partial(recipe_score, s=s), pairs)
+    scores = judge_at_once(ctx, partial(recipe_score, s=s), pairs,
+                           saved_as=partial(match_name, s=s))
     n = len(ctx.seeds)  # the pairs run switch by switch, seed by seed
     return {"seeds": list(ctx.seeds), "games": s.games, "simulations": s.simulations,
             "runs": {label: [run_figures(r) for r in runs] for label, runs in trained.items()},

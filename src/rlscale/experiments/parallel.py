@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from ..runtime.rundir import run_in_flight
 from .setup import Context, arm_run_dir, on_fleets, shared_inputs, train_arms, train_one
 
 PROGRESS_SECONDS = 300.0  # between the lines that say where the runs in flight are
+JUDGED_DIR = "judged"  # under OUT: judgements kept as they come back (judge_at_once)
 Item = TypeVar("Item")
 Judged = TypeVar("Judged")
 
@@ -61,21 +62,52 @@ def _worker_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
                                initializer=_start_worker, initargs=(threads,))
 
 
-def judge_at_once(ctx: Context, judge: Callable[[Item], Judged],
-                  items: Sequence[Item]) -> list[Judged]:
+def judge_at_once(ctx: Context, judge: Callable[[Item], Judged], items: Sequence[Item],
+                  saved_as: Callable[[Item], str] | None = None) -> list[Judged]:
     """`judge(item)` for each of `items`, in their order: up to `ctx.jobs` at once, each in a
     worker process with `ctx.threads` threads, or one after another here with `--jobs 1`.
     `judge` is sent to the workers, so it is a module's function (or a partial of one); the
-    first judgement that fails stops the ones not started and raises its error."""
-    if ctx.jobs == 1 or len(items) < 2:
-        return [judge(item) for item in items]
-    with _worker_pool(min(ctx.jobs, len(items)), ctx.threads) as pool:
-        futures = [pool.submit(judge, item) for item in items]
+    first judgement that fails stops the ones not started and raises its error.
+
+    `saved_as(item)`: a file name under OUT/judged/ where the judgement (JSON) is kept as soon
+    as it comes back, so a rerun after a crash or a kill loads it instead of judging again
+    (unless --overwrite). The name must say everything the judgement depends on."""
+    paths = [ctx.out / JUDGED_DIR / f"{saved_as(item)}.json" if saved_as else None
+             for item in items]
+    judged: list[Any] = [None] * len(items)
+    todo = []
+    for i, path in enumerate(paths):
+        if path is not None and path.is_file() and not ctx.overwrite:
+            judged[i] = json.loads(path.read_text())
+        else:
+            todo.append(i)
+
+    def keep(i: int, judgement: Any) -> None:
+        judged[i] = judgement
+        if paths[i] is not None:
+            save_judgement(paths[i], judgement)
+
+    if ctx.jobs == 1 or len(todo) < 2:
+        for i in todo:
+            keep(i, judge(items[i]))
+        return judged
+    with _worker_pool(min(ctx.jobs, len(todo)), ctx.threads) as pool:
+        futures = {pool.submit(judge, items[i]): i for i in todo}
         try:
-            return [future.result() for future in futures]
+            for future in as_completed(futures):
+                keep(futures[future], future.result())
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
+    return judged
+
+
+def save_judgement(path: Path, judgement: Any) -> None:
+    """`judgement` as JSON at `path`, whole or not at all (written aside, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(judgement, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def run_progress(run_dir: Path) -> str:

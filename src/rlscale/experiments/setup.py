@@ -13,6 +13,7 @@ with overrides, run by the Zero loop; they need no base model.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,15 @@ class TrainedRun:
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.run_dir)
+
+    def fingerprint(self) -> str:
+        """A short digest of the final model's files: a judgement saved for this run is
+        reused only while it names the same model (a retrained arm gets another)."""
+        digest = hashlib.blake2b(digest_size=6)
+        for path in sorted(p for p in self.final.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(self.final)).encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
 
 
 @dataclass(frozen=True)
