@@ -60,6 +60,10 @@ rlscale experiments run NAME --jobs 4       # 4 (arm, seed) runs (and Zero match
 rlscale experiments run all --base runs/reasoning/base   # reuse the reasoning quickstart's base
 rlscale experiments report                  # this file, from runs/experiments/*/result.json
 ```
+
+The same command continues a stopped run: finished arm runs are reused, a killed one resumes
+from its last checkpoint, and measurements kept as they came back (go_switches' matches, under
+`runs/experiments/NAME/judged/`) are loaded; `--overwrite` trains and judges again.
 """
 
 
