@@ -212,26 +212,27 @@ def test_full_games_against_gnugo(our_colour, seed):
     assert isinstance(ours.game, Go) and ours.game.size == 9
 
 
-SHIPPED_GO7 = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models" / "go7"
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models"
 RLSCALE = Path(sys.executable).parent / "rlscale"
 
 
 @pytest.mark.skipif(GNUGO is None, reason="GNU Go not installed (apt-get install gnugo)")
-def test_the_shipped_go7_model_plays_a_full_game_against_gnugo(our_colour="w"):
-    """`rlscale zero gtp` with the shipped 7x7 model, as a controller starts it, plays a
-    whole game against GNU Go (komi 9, area scoring): every move it sends is legal to GNU Go
-    and every GNU Go move legal to it, to two passes or a resignation. (Its matches, both
-    colours: docs/go_model_card.md.)"""
-    ours = GtpProcess([str(RLSCALE), "zero", "gtp", "--model", str(SHIPPED_GO7), "--size", "7",
-                       "--komi", "9", "--simulations", "16"])
+@pytest.mark.parametrize("model, size, komi", [("go7", 7, "9"), ("go9", 9, "7")])
+def test_a_shipped_go_model_plays_a_full_game_against_gnugo(model, size, komi, our_colour="w"):
+    """`rlscale zero gtp` with a shipped model (7x7, komi 9; 9x9, komi 7), as a controller
+    starts it, plays a whole game against GNU Go (area scoring): every move it sends is legal
+    to GNU Go and every GNU Go move legal to it, to two passes or a resignation. (Their
+    matches, both colours: docs/go_model_card.md.)"""
+    ours = GtpProcess([str(RLSCALE), "zero", "gtp", "--model", str(SHIPPED / model), "--size",
+                       str(size), "--komi", komi, "--simulations", "16"])
     gnugo = GtpProcess([GNUGO, "--mode", "gtp", "--level", "1", "--chinese-rules",
                         "--capture-all-dead", "--positional-superko", "--seed", "1"])
     try:
         assert ask(ours, "name") == (True, "rlscale")
-        for command in ("boardsize 7", "clear_board", "komi 9"):
+        for command in (f"boardsize {size}", "clear_board", f"komi {komi}"):
             assert ask(ours, command)[0] and ask(gnugo, command)[0]
         passes, moves = 0, []
-        for ply in range(2 * 49 + 20):
+        for ply in range(2 * size * size + 20):
             colour = "bw"[ply % 2]
             mover, other = (ours, gnugo) if colour == our_colour else (gnugo, ours)
             ok, move = ask(mover, f"genmove {colour}")

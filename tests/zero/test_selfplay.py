@@ -409,23 +409,27 @@ def test_a_run_resumed_without_its_replay_learns_once_the_refill_holds_window_st
     assert int(saved["earlier"]) == first.counters.samples
 
 
-SHIPPED_GO7 = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models" / "go7"
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "rlscale" / "zero" / "models"
 
 
-def test_the_committed_go7_training_state_continues_its_counters(tmp_path):
-    """The 7x7 Go run's state committed beside the code (models/go7: network, optimiser,
-    counters; no replay) continues in a fresh clone: one more iteration, counted on from
-    where the run stopped (a tiny self-play budget, so the config change is allowed)."""
-    saved = json.loads((SHIPPED_GO7 / "model.json").read_text())["extra"]["counters"]
-    args = [f"out={tmp_path / 'go7'}", f"train.iterations={saved['iteration'] + 1}",
+@pytest.mark.parametrize("model, config, extra", [
+    ("go7", "go7.yaml", ["network.ownership_head=true"]),
+    ("go9", "go9_grow.yaml", [])])
+def test_a_committed_go_training_state_continues_its_counters(tmp_path, model, config, extra):
+    """A Go run's state committed beside the code (models/go7, models/go9: network,
+    optimiser, counters; no replay) continues in a fresh clone with its recipe: one more
+    iteration, counted on from where the run stopped (a tiny self-play budget, so the config
+    change is allowed; go9's network has grown to its last stage's depth)."""
+    saved = json.loads((SHIPPED / model / "model.json").read_text())["extra"]["counters"]
+    args = [f"out={tmp_path / model}", f"train.iterations={saved['iteration'] + 1}",
             "selfplay.concurrent_games=4", "selfplay.games_per_iteration=4",
             "mcts.simulations=4", "mcts.gumbel_considered=4", "train.min_replay=64",
-            "replay.window_start=64",
-            "train.batch_size=32", "train.threads=1", "network.ownership_head=true"]
-    cfg = load_config(ZeroConfig, CONFIGS / "go7.yaml", args)
+            "replay.window_start=64", "train.batch_size=32", "train.threads=1", *extra]
+    cfg = load_config(ZeroConfig, CONFIGS / config, args)
     with pytest.raises(RunDirError, match="changes the math"):
-        train(cfg, progress=False, resume_from=SHIPPED_GO7)
-    c = train(cfg, progress=False, resume_from=SHIPPED_GO7, allow_config_change=True).counters
+        train(cfg, progress=False, resume_from=SHIPPED / model)
+    c = train(cfg, progress=False, resume_from=SHIPPED / model,
+              allow_config_change=True).counters
     assert (c.iteration, c.version) == (saved["iteration"] + 1, saved["version"] + 1)
     # an iteration takes every game that finished by the step that made games_per_iteration
     assert saved["games"] + 4 <= c.games <= saved["games"] + 8
