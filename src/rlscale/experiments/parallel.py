@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from ..runtime.checkpoint import atomic_write_text
 from ..runtime.rundir import run_in_flight
 from .setup import Context, arm_run_dir, on_fleets, shared_inputs, train_arms, train_one
 
@@ -85,7 +86,8 @@ def judge_at_once(ctx: Context, judge: Callable[[Item], Judged], items: Sequence
     def keep(i: int, judgement: Any) -> None:
         judged[i] = judgement
         if paths[i] is not None:
-            save_judgement(paths[i], judgement)
+            paths[i].parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(paths[i], json.dumps(judgement, indent=1) + "\n")
 
     if ctx.jobs == 1 or len(todo) < 2:
         for i in todo:
@@ -100,14 +102,6 @@ def judge_at_once(ctx: Context, judge: Callable[[Item], Judged], items: Sequence
             pool.shutdown(cancel_futures=True)
             raise
     return judged
-
-
-def save_judgement(path: Path, judgement: Any) -> None:
-    """`judgement` as JSON at `path`, whole or not at all (written aside, then renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(judgement, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def run_progress(run_dir: Path) -> str:

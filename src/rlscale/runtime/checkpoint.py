@@ -126,6 +126,20 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """`text` at `path`, whole or not at all: written beside as `.tmp-NAME-PID`, then renamed
+    over it (a full disk or a kill mid-write leaves the old file as it was). Errors are
+    raised; the temporary file is not left behind."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; rename it into place only on success.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import atomic_write_text
 from .cpu_load import CrowdWatch
 
 
@@ -290,9 +291,7 @@ def precision_probe(device: torch.device, workload: Workload | None = None) -> P
                   "threads": probe.threads, "unit": probe.unit}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(known, indent=1, sort_keys=True))
     except OSError:
         pass
     return probe

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import write_error, write_failure
+from .checkpoint import atomic_write_text, write_error, write_failure
 from .trackers import Tracker
 
 
@@ -49,12 +49,9 @@ class MetricsLogger:
                     except json.JSONDecodeError:
                         continue  # a line torn by a kill mid-write
             # Written beside and swapped in: a full disk mid-write must not cost the old lines.
-            tmp = self.path.with_name(f".tmp-metrics-{os.getpid()}.jsonl")
             try:
-                tmp.write_text("".join(f"{line}\n" for line in keep))
-                os.replace(tmp, self.path)
+                atomic_write_text(self.path, "".join(f"{line}\n" for line in keep))
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 raise self._write_error(exc) from None
         self._file = open(self.path, "a", buffering=1)
         self._tb = None
